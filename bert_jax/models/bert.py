@@ -1,0 +1,174 @@
+"""BERT (Devlin et al. 2019): BertModel and BertForPreTraining (MLM + NSP heads).
+
+Param tree (unrolled; with scan_layers `encoder/layers` holds stacked layers):
+  bert/embeddings/{token_embedder,position_embedder,segment_embedder}/embedding, layer_norm
+  bert/encoder/layers_i/{attention/{query,key,value,out},attention_norm,mlp/{wi,wo},mlp_norm}
+  bert/pooler
+  mlm_head/{transform,layer_norm,bias}   (decoder tied to token_embedder)
+  nsp_head
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.layers import attention as attn_lib
+from bert_jax.layers.blocks import ACTIVATIONS
+from bert_jax.layers.config import TransformerConfig, layer_norm
+from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
+from bert_jax.layers.stacks import Encoder
+
+Array = jax.Array
+
+
+class BertEmbeddings(nn.Module):
+  """token + position + segment embeddings -> LayerNorm -> dropout."""
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    self.token_embedder = nn.Embed(
+        cfg.vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+        embedding_init=cfg.embed_init("vocab", "embed"))
+    if cfg.position == "learned":
+      self.position_embedder = LearnedPositionalEmbedding(cfg)
+    elif cfg.position == "sinusoidal":
+      self.position_embedder = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
+    if cfg.type_vocab_size:
+      self.segment_embedder = nn.Embed(
+          cfg.type_vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype,
+          param_dtype=cfg.params_dtype, embedding_init=cfg.embed_init("segment", "embed"))
+    self.layer_norm = layer_norm(cfg, "layer_norm")
+    self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+
+  def __call__(self, input_ids: Array, segment_ids: Array | None, positions: Array) -> Array:
+    cfg = self.config
+    x = self.token_embedder(input_ids)                        # [batch, len, hidden]
+    if cfg.scale_embeddings:
+      x = x * jnp.sqrt(cfg.hidden_size).astype(x.dtype)
+    if cfg.position in ("learned", "sinusoidal"):
+      x = x + self.position_embedder(positions).astype(x.dtype)
+    if cfg.type_vocab_size:
+      segment_ids = jnp.zeros_like(input_ids) if segment_ids is None else segment_ids
+      x = x + self.segment_embedder(segment_ids)
+    return self.dropout(self.layer_norm(x))
+
+  def attend(self, x: Array) -> Array:
+    """x [..., hidden] -> logits [..., vocab] against the token embedding table."""
+    return self.token_embedder.attend(x)
+
+
+class BertModel(nn.Module):
+  """The BERT encoder: embeddings, Transformer encoder, tanh pooler on [CLS]."""
+  config: TransformerConfig
+  add_pooler: bool = True
+  return_weights: bool = False
+
+  def setup(self):
+    cfg = self.config
+    self.embeddings = BertEmbeddings(cfg)
+    self.encoder = Encoder(cfg, return_weights=self.return_weights)
+    if self.add_pooler:
+      self.pooler = nn.Dense(cfg.hidden_size, dtype=cfg.compute_dtype,
+                             param_dtype=cfg.params_dtype,
+                             kernel_init=cfg.kernel_init("embed", "mlp"),
+                             bias_init=cfg.zeros_init("mlp"))
+
+  def __call__(self, input_ids: Array, input_mask: Array | None = None,
+               segment_ids: Array | None = None, positions: Array | None = None,
+               packed_segment_ids: Array | None = None, output_hidden_states: bool = False):
+    """Encodes token ids.
+
+    Args:
+      input_ids: [batch, len] int.
+      input_mask: [batch, len], 1 for real tokens, 0 for padding (None: all real).
+      segment_ids: [batch, len] token types (sentence A = 0, B = 1).
+      positions: [batch, len] position ids (None: 0..len-1; packed rows restart per doc).
+      packed_segment_ids: [batch, len] document ids of packed rows (1, 2, ...; 0 = pad):
+        attention stays within a document (block-diagonal mask).
+      output_hidden_states: also return the embeddings + every layer's output.
+
+    Returns:
+      dict with `sequence_output` [batch, len, hidden], `pooled_output` [batch, hidden]
+      (if add_pooler) and `hidden_states` [num_layers + 1, batch, len, hidden] (if asked).
+    """
+    cfg = self.config
+    if input_mask is None:
+      input_mask = jnp.ones_like(input_ids)
+    if positions is None:
+      positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+    mask = attn_lib.padding_mask(input_mask)                  # [batch, 1, 1, len]
+    if packed_segment_ids is not None:
+      mask = attn_lib.combine_masks(mask, attn_lib.segment_mask(packed_segment_ids))
+    x = self.embeddings(input_ids, segment_ids, positions)
+    x, hidden = self.encoder(x, mask, positions, output_hidden_states=output_hidden_states)
+    out = {"sequence_output": x}
+    if self.add_pooler:
+      out["pooled_output"] = jnp.tanh(self.pooler(x[:, 0]))   # [batch, hidden] from [CLS]
+    if output_hidden_states:
+      out["hidden_states"] = hidden
+    return out
+
+  def attend(self, x: Array) -> Array:
+    return self.embeddings.attend(x)
+
+
+def gather_positions(sequence: Array, positions: Array) -> Array:
+  """[batch, len, d], [batch, P] -> [batch, P, d]: the vectors at the given positions."""
+  return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+
+
+class MlmHead(nn.Module):
+  """dense -> GELU -> LayerNorm -> tied decoder (token embeddings^T) + bias."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Array, attend) -> Array:
+    cfg = self.config
+    x = nn.Dense(cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                 kernel_init=cfg.kernel_init("embed", "mlp"), bias_init=cfg.zeros_init("mlp"),
+                 name="transform")(x)
+    x = ACTIVATIONS[cfg.activation](x)
+    x = layer_norm(cfg, "layer_norm")(x)
+    bias = self.param("bias", cfg.zeros_init("vocab"), (cfg.vocab_size,), cfg.params_dtype)
+    return attend(x) + bias.astype(x.dtype)                   # [..., vocab]
+
+
+class BertForPreTraining(nn.Module):
+  """BERT with the MLM head (at the masked positions only) and the NSP head."""
+  config: TransformerConfig
+  nsp: bool = True
+
+  @nn.compact
+  def __call__(self, input_ids: Array, input_mask: Array | None = None,
+               segment_ids: Array | None = None, masked_lm_positions: Array | None = None,
+               positions: Array | None = None, packed_segment_ids: Array | None = None):
+    """Returns dict(mlm_logits [batch, P, vocab] float32, nsp_logits [batch, 2] float32).
+
+    masked_lm_positions [batch, P]: only these P = max_predictions_per_seq positions go
+    through the vocabulary projection, which is the largest matmul of the model; None
+    computes logits for every position (for inspection, not training).
+    """
+    cfg = self.config
+    bert = BertModel(cfg, add_pooler=self.nsp, name="bert")
+    out = bert(input_ids, input_mask, segment_ids, positions, packed_segment_ids)
+    seq = out["sequence_output"]
+    if masked_lm_positions is not None:
+      seq = gather_positions(seq, masked_lm_positions)        # [batch, P, hidden]
+    mlm_logits = MlmHead(cfg, name="mlm_head")(seq, bert.attend)
+    result = {"mlm_logits": mlm_logits.astype(jnp.float32)}
+    if self.nsp:
+      nsp = nn.Dense(2, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                     kernel_init=cfg.kernel_init("embed", "classes"),
+                     bias_init=cfg.zeros_init("classes"), name="nsp_head")
+      result["nsp_logits"] = nsp(out["pooled_output"]).astype(jnp.float32)
+    return result
+
+
+def dummy_inputs(batch: int = 1, length: int = 8, num_predictions: int = 2):
+  """Inputs of the right shapes and dtypes for `init` / `eval_shape`."""
+  ids = jnp.zeros((batch, length), jnp.int32)
+  return dict(input_ids=ids, input_mask=jnp.ones_like(ids), segment_ids=ids,
+              masked_lm_positions=jnp.zeros((batch, num_predictions), jnp.int32))
+

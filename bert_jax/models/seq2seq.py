@@ -1,0 +1,80 @@
+"""The encoder-decoder Transformer of Vaswani et al. (2017).
+
+Shared source/target embeddings scaled by sqrt(d_model), sinusoidal positions, post-LN
+blocks, and the output projection tied to the same embedding matrix (Sec. 3.4).
+`encode` / `decode` are separate methods so decoding can run the encoder once and then
+step the decoder with its KV cache (`config.decode=True`).
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax.layers import attention as attn_lib
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.positional import SinusoidalPositionalEncoding
+from bert_jax.layers.stacks import Decoder, Encoder
+
+Array = jax.Array
+
+
+def shift_right(targets: Array, bos_id: int = 0) -> Array:
+  """Teacher forcing: decoder inputs are the targets shifted right by one, BOS first."""
+  return jnp.pad(targets, ((0, 0), (1, 0)), constant_values=bos_id)[:, :-1]
+
+
+def _default_positions(ids: Array) -> Array:
+  return jnp.broadcast_to(jnp.arange(ids.shape[1]), ids.shape)
+
+
+class Transformer(nn.Module):
+  """Encoder-decoder Transformer. Padding id is 0 unless masks are given."""
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    self.embedder = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype,
+                             param_dtype=cfg.params_dtype,
+                             embedding_init=cfg.embed_init("vocab", "embed"))
+    self.positional = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
+    self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+    self.encoder = Encoder(cfg.replace(decode=False))
+    self.decoder = Decoder(cfg, cross_attention=True,
+                           num_layers=cfg.num_decoder_layers or cfg.num_layers)
+
+  def _embed(self, ids: Array, positions: Array) -> Array:
+    x = self.embedder(ids) * jnp.sqrt(self.config.hidden_size).astype(self.config.compute_dtype)
+    return self.dropout(x + self.positional(positions).astype(x.dtype))  # [batch, len, d]
+
+  def encode(self, src_ids: Array, src_mask: Array | None = None,
+             src_positions: Array | None = None) -> Array:
+    """src_ids [batch, src_len] -> encoded [batch, src_len, d]."""
+    src_mask = (src_ids > 0) if src_mask is None else src_mask
+    positions = _default_positions(src_ids) if src_positions is None else src_positions
+    x = self._embed(src_ids, positions)
+    encoded, _ = self.encoder(x, attn_lib.padding_mask(src_mask))
+    return encoded
+
+  def decode(self, encoded: Array, src_mask: Array, tgt_inputs: Array,
+             tgt_mask: Array | None = None, tgt_positions: Array | None = None) -> Array:
+    """Decoder logits [batch, tgt_len, vocab] float32 for the (shifted) target inputs.
+
+    While decoding with the cache, pass one token per call and its position.
+    """
+    cfg = self.config
+    positions = _default_positions(tgt_inputs) if tgt_positions is None else tgt_positions
+    x = self._embed(tgt_inputs, positions)
+    self_mask = None
+    if not cfg.decode and tgt_mask is not None:
+      self_mask = attn_lib.attention_mask(tgt_mask, tgt_mask)
+    cross_mask = attn_lib.padding_mask(src_mask)                 # [batch, 1, 1, src_len]
+    y, _ = self.decoder(x, encoded, self_mask=self_mask, cross_mask=cross_mask,
+                        positions=positions)
+    return self.embedder.attend(y).astype(jnp.float32)           # tied output projection
+
+  def __call__(self, src_ids: Array, tgt_inputs: Array, src_mask: Array | None = None,
+               tgt_mask: Array | None = None) -> Array:
+    src_mask = (src_ids > 0) if src_mask is None else src_mask
+    encoded = self.encode(src_ids, src_mask)
+    return self.decode(encoded, src_mask, tgt_inputs, tgt_mask)

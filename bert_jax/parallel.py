@@ -1,0 +1,95 @@
+"""Device mesh, the one logical-axis-rules table, and state shardings.
+
+Every parameter in bert_jax carries logical axis names (`nn.with_logical_partitioning`);
+this file is the only place that says how those names map onto the physical mesh
+axes (`data`, `fsdp`, `tensor`). Changing a parallelism strategy is a change of
+this table or of the mesh shape in the config, never of model code.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# The batch is split over every data-parallel axis (plain DP and FSDP alike).
+BATCH_AXES = ("data", "fsdp")
+
+# Logical name -> mesh axis (or None: replicated). First match wins (flax semantics).
+# Weight matrices are sharded along `embed` over fsdp (ZeRO-3 style) and along their
+# "wide" dimension (heads / mlp / vocab) over tensor (Megatron style).
+LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
+    ("batch", BATCH_AXES),
+    ("length", None),
+    ("kv_length", None),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("kv", None),
+    ("mlp", "tensor"),
+    ("vocab", "tensor"),
+    ("position", None),
+    ("segment", None),
+    ("classes", None),
+    ("layers", None),
+    ("relpos_buckets", None),
+    ("norm", None),
+)
+
+
+def mesh_shape(requested: Sequence[int], num_devices: int) -> tuple[int, ...]:
+  """Resolves one -1 entry of a (data, fsdp, tensor) shape so the product is num_devices."""
+  shape = list(requested)
+  if len(shape) != len(MESH_AXES):
+    raise ValueError(f"mesh shape {tuple(requested)} must have {len(MESH_AXES)} entries {MESH_AXES}.")
+  if shape.count(-1) > 1:
+    raise ValueError(f"mesh shape {tuple(requested)}: at most one entry may be -1.")
+  known = math.prod(s for s in shape if s != -1)
+  if -1 in shape:
+    if num_devices % known:
+      raise ValueError(f"mesh shape {tuple(requested)} does not divide {num_devices} devices.")
+    shape[shape.index(-1)] = num_devices // known
+  if math.prod(shape) != num_devices:
+    raise ValueError(
+        f"mesh shape {tuple(shape)} uses {math.prod(shape)} devices, but {num_devices} are present.")
+  return tuple(shape)
+
+
+def create_mesh(shape: Sequence[int] = (-1, 1, 1), devices=None) -> Mesh:
+  """A (data, fsdp, tensor) mesh over all (or the given) devices."""
+  devices = jax.devices() if devices is None else list(devices)
+  resolved = mesh_shape(shape, len(devices))
+  # make_mesh orders devices along the physical topology (ICI rings on TPU).
+  return jax.make_mesh(resolved, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
+                       devices=devices)
+
+
+def logical_to_sharding(logical_tree, mesh: Mesh, rules=LOGICAL_RULES):
+  """Pytree of logical PartitionSpecs -> pytree of NamedShardings on `mesh`."""
+  return nn.logical_to_mesh_sharding(logical_tree, mesh, rules)
+
+
+def abstract_state_shardings(abstract_state, mesh: Mesh, rules=LOGICAL_RULES):
+  """Shardings for a state built under `jax.eval_shape` (with LogicallyPartitioned leaves).
+
+  Leaves without logical metadata (step counters, rngs, optimizer scalars) are replicated.
+  """
+  logical_specs = nn.get_partition_spec(abstract_state)
+  return logical_to_sharding(logical_specs, mesh, rules)
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+  """Leading (batch) dimension over the data-parallel axes, the rest replicated."""
+  return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+  return int(np.prod([mesh.shape[a] for a in BATCH_AXES]))
