@@ -1,0 +1,184 @@
+"""Orbax checkpoints: train state + data iterator + metadata, saved asynchronously.
+
+Layout of a workdir: `checkpoints/<step>/{state,data,meta}`:
+  state  the TrainState pytree (params, optimizer state, step, rng), sharded arrays;
+  data   grain's iterator state, one JSON per process (so a resumed run sees the same
+         stream it would have seen);
+  meta   JSON: task, model config, config, step, phase.
+Restores go straight onto the target shardings, so a checkpoint written on one mesh
+or device count loads onto another. A step that fails to load (partial or corrupted)
+is reported and the previous one is tried; a checkpoint of another model shape is a
+clear error, never a silent fallback.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+from typing import Any, Optional
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers as ocm
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointMismatchError(ValueError):
+  """The checkpoint holds a differently shaped model than the one being restored."""
+
+
+def _grain_args():
+  import grain.checkpoint as gc  # pylint: disable=g-import-not-at-top
+  return gc.CheckpointSave, gc.CheckpointRestore
+
+
+class Checkpointer:
+  """CheckpointManager wrapper: save every N steps, keep the last K (+ the best)."""
+
+  def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True,
+               best_metric: Optional[str] = None, best_mode: str = "max"):
+    self.directory = os.path.abspath(directory)
+    policies = [ocm.LatestN(n=keep)]
+    if best_metric:
+      policies.append(ocm.BestN(get_metric_fn=lambda m: m[best_metric], n=1,
+                                reverse=(best_mode == "min"),
+                                keep_checkpoints_without_metrics=False))
+    options = ocp.CheckpointManagerOptions(
+        enable_async_checkpointing=async_save, create=True,
+        preservation_policy=ocm.AnyPreservationPolicy(policies), cleanup_tmp_directories=True)
+    self.manager = ocp.CheckpointManager(self.directory, options=options)
+
+  # ------------------------------------------------------------------ save
+  def save(self, step: int, state: Any, meta: dict, data_iterator=None,
+           metrics: Optional[dict] = None) -> None:
+    items = {"state": ocp.args.StandardSave(state),
+             "meta": ocp.args.JsonSave(dict(meta, step=int(step)))}
+    if data_iterator is not None:
+      save_cls, _ = _grain_args()
+      items["data"] = save_cls(data_iterator)
+    metrics = {k: float(v) for k, v in (metrics or {}).items()} or None
+    self.manager.save(int(step), args=ocp.args.Composite(**items), metrics=metrics, force=True)
+
+  def wait(self):
+    self.manager.wait_until_finished()
+
+  def close(self):
+    self.manager.wait_until_finished()
+    self.manager.close()
+
+  def latest_step(self) -> Optional[int]:
+    return self.manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    return sorted(self.manager.all_steps())
+
+  # --------------------------------------------------------------- restore
+  def restore(self, abstract_state: Any, data_iterator=None, step: Optional[int] = None):
+    """Restores the newest loadable checkpoint onto `abstract_state`'s shardings.
+
+    Returns (state, meta, step) or None when the directory holds no checkpoint.
+    Raises CheckpointMismatchError when a checkpoint's arrays differ in shape.
+    """
+    steps = [step] if step is not None else sorted(self.manager.all_steps(), reverse=True)
+    for s in steps:
+      try:
+        check_compatible(self.state_metadata(s), abstract_state, f"{self.directory}/{s}")
+        items = {"state": ocp.args.StandardRestore(abstract_state),
+                 "meta": ocp.args.JsonRestore()}
+        has_data = os.path.isdir(os.path.join(self.directory, str(s), "data"))
+        if data_iterator is not None and has_data:
+          _, restore_cls = _grain_args()
+          items["data"] = restore_cls(data_iterator)
+        elif data_iterator is not None:
+          log.warning("checkpoint %d has no data iterator state; the data stream restarts.", s)
+        restored = self.manager.restore(s, args=ocp.args.Composite(**items))
+        return restored["state"], restored["meta"], s
+      except CheckpointMismatchError:
+        raise
+      except Exception as e:  # noqa: BLE001 - any read failure means "try an older one"
+        log.warning("checkpoint step %d in %s could not be restored (%s: %s); "
+                    "falling back to the previous one.", s, self.directory,
+                    type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")
+    if steps:
+      raise RuntimeError(f"none of the checkpoints {steps} in {self.directory} could be restored.")
+    return None
+
+  def state_metadata(self, step: int):
+    """The saved state's tree of array metadata (shapes, dtypes)."""
+    meta = self.manager.item_metadata(step)
+    tree = meta["state"] if "state" in meta else None
+    if tree is None:
+      raise FileNotFoundError(f"checkpoint {self.directory}/{step} has no readable state metadata")
+    return tree
+
+
+def _shapes(tree) -> dict[str, tuple]:
+  out = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+    shape = getattr(leaf, "shape", None)
+    if shape is not None:
+      out[jax.tree_util.keystr(path)] = tuple(shape)
+  return out
+
+
+def check_compatible(saved_tree, abstract_tree, where: str) -> None:
+  """Raises CheckpointMismatchError listing missing, unexpected and mis-shaped arrays."""
+  saved, want = _shapes(_as_plain(saved_tree)), _shapes(_as_plain(abstract_tree))
+  missing = sorted(set(want) - set(saved))
+  unexpected = sorted(set(saved) - set(want))
+  misshaped = sorted(k for k in set(saved) & set(want) if saved[k] != want[k])
+  if missing or unexpected or misshaped:
+    lines = [f"checkpoint {where} does not fit this model:"]
+    lines += [f"  missing in checkpoint: {k} {want[k]}" for k in missing[:20]]
+    lines += [f"  unexpected in checkpoint: {k} {saved[k]}" for k in unexpected[:20]]
+    lines += [f"  shape mismatch: {k} checkpoint {saved[k]} vs model {want[k]}"
+              for k in misshaped[:20]]
+    raise CheckpointMismatchError("\n".join(lines))
+
+
+def _as_plain(tree):
+  """TrainState / metadata trees -> nested dicts, so paths compare across both."""
+  if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+    return {f.name: _as_plain(getattr(tree, f.name)) for f in dataclasses.fields(tree)}
+  if hasattr(tree, "_asdict"):
+    return {k: _as_plain(v) for k, v in tree._asdict().items()}
+  if isinstance(tree, dict) or hasattr(tree, "items") and not hasattr(tree, "shape"):
+    return {str(k): _as_plain(v) for k, v in tree.items()}
+  if isinstance(tree, (list, tuple)):
+    return {str(i): _as_plain(v) for i, v in enumerate(tree)}
+  return tree
+
+
+# ---------------------------------------------------------------- inference loading
+def load_params_for_inference(path: str):
+  """(TransformerConfig, params as numpy, tokenizer dir or None) from one of our checkpoints.
+
+  `path` is a workdir, its `checkpoints/` dir, or one step dir inside it.
+  """
+  from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
+  path = os.path.abspath(path)
+  if os.path.isdir(os.path.join(path, "checkpoints")):
+    path = os.path.join(path, "checkpoints")
+  step = None
+  if os.path.basename(path).isdigit() and os.path.isdir(os.path.join(path, "state")):
+    step, path = int(os.path.basename(path)), os.path.dirname(path)
+  manager = ocp.CheckpointManager(path, options=ocp.CheckpointManagerOptions(read_only=True))
+  step = manager.latest_step() if step is None else step
+  if step is None:
+    raise FileNotFoundError(f"no bert_jax checkpoint found under {path}")
+  meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+  state_meta = manager.item_metadata(step)["state"]
+  restore_args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
+                                        state_meta)
+  state = manager.restore(step, args=ocp.args.Composite(
+      state=ocp.args.PyTreeRestore(restore_args=restore_args)))["state"]
+  params = state["params"]
+  model_config = TransformerConfig(**meta["model_config"])
+  return model_config, params, meta.get("tokenizer_dir")
+
+
+def json_dumps(obj) -> str:
+  return json.dumps(obj, indent=1, sort_keys=True, default=str)

@@ -1,0 +1,56 @@
+"""Entry point: `python -m bert_jax.main --config configs/bert_tiny.py --workdir DIR`.
+
+Overrides: `--config.train.batch_size=512`; the config is locked, so a misspelled key
+is an error that names it. Multi-host: launched once per host (see launch/), JAX's
+distributed runtime is initialized from the cluster environment or the flags below.
+"""
+from __future__ import annotations
+
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+FLAGS = flags.FLAGS
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config(arg)).",
+                                          lock_config=True)
+flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and TensorBoard.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
+flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
+flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _maybe_initialize_distributed():
+  import os  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  if FLAGS.coordinator_address:
+    if jax.default_backend() == "cpu" or os.environ.get("JAX_PLATFORMS", "") == "cpu":
+      jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  elif any(v in os.environ for v in ("SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES",
+                                     "JAX_COORDINATOR_ADDRESS")) and \
+      int(os.environ.get("SLURM_NTASKS", "2")) > 1:
+    jax.distributed.initialize()  # cluster auto-detection (SLURM, TPU pods)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  _maybe_initialize_distributed()
+  config = _CONFIG.value
+  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+  trainer = registry.standalone_trainer(config.task)
+  if trainer is None:
+    from bert_jax.train.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+    trainer = train_and_evaluate
+  try:
+    trainer(config, FLAGS.workdir)
+  except (ValueError, FileNotFoundError, FloatingPointError) as e:
+    logging.error("%s", e)
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  app.run(main)

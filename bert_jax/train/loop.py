@@ -1,0 +1,255 @@
+"""train_and_evaluate: mesh, sharded state, restore-or-init, the step loop, eval, saves.
+
+Sections: (1) mesh, task, optimizer; (2) abstract state -> shardings -> sharded init;
+(3) restore (workdir checkpoint -> init_from -> scratch); (4) jit the steps once;
+(5) the loop with metrics, eval, checkpoints and preemption; (6) the final summary.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import parallel
+from bert_jax.train import metrics as metrics_lib
+from bert_jax.train import optim, steps
+from bert_jax.train.writer import MetricWriter, log, progress_line
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The loss or gradient norm became NaN/inf."""
+
+
+class _Preemption:
+  """SIGTERM sets a flag; the loop saves at the next step and exits cleanly."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, self._handler)
+    return self
+
+  def _handler(self, signum, frame):
+    del signum, frame
+    self.requested = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+
+def _phase_plan(config, total_steps: int):
+  """[(first_step, end_step, phase_cfg)]: e.g. seq 128 for 90% of steps, then 512."""
+  phases = config.train.get("phases") or [{"fraction": 1.0}]
+  plan, start = [], 0
+  for i, ph in enumerate(phases):
+    end = total_steps if i == len(phases) - 1 else start + int(round(ph["fraction"] * total_steps))
+    plan.append((start, end, dict(ph)))
+    start = end
+  return plan
+
+
+def _phase_of(plan, step: int) -> int:
+  for i, (start, end, _) in enumerate(plan):
+    if start <= step < end:
+      return i
+  return len(plan) - 1
+
+
+def create_sharded_state(task, tx, mesh, dummy_batch, seed: int):
+  """(state, state_shardings, abstract_state): built already sharded, never whole on one device.
+
+  eval_shape gives the boxed abstract state; its logical names become NamedShardings
+  through the rules table; jit(init, out_shardings) then materializes each shard in place.
+  """
+  def init_fn(key):
+    params_key, state_key = jax.random.split(key)
+    params = task.init(params_key, dummy_batch)["params"]   # boxed with logical names
+    return steps.create_state(params, tx, state_key)          # opt state inherits the boxes
+
+  key = jax.random.key(seed)
+  boxed_abstract = jax.eval_shape(init_fn, key)
+  shardings = parallel.abstract_state_shardings(boxed_abstract, mesh)
+  state = jax.jit(init_fn, out_shardings=shardings)(key)
+  abstract = jax.tree_util.tree_map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+      nn.unbox(boxed_abstract), shardings)
+  return nn.unbox(state), shardings, abstract
+
+
+def _meta(config, task, phase: int) -> dict:
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  return {"task": task.name, "phase": phase, "config": config.to_dict(),
+          "model_config": dataclasses.asdict(task.model_config),
+          "tokenizer_dir": getattr(task, "tokenizer_dir", None)}
+
+
+def _sum_trees(trees):
+  return jax.tree_util.tree_map(lambda *xs: float(np.sum(xs)), *trees)
+
+
+def evaluate(p_eval, task, params, iterator, num_batches: int, to_global) -> dict:
+  """Runs eval_step over up to num_batches batches; ratios of the summed terms."""
+  sums = []
+  for i, batch in enumerate(iterator):
+    if num_batches and i >= num_batches:
+      break
+    sums.append(p_eval(params, to_global(batch)))
+  if not sums:
+    return {}
+  total = _sum_trees(jax.device_get(sums))
+  return {k: float(v) for k, v in task.metric_ratios(total).items()}
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains `config.task` in `workdir`, resuming from its checkpoints. Returns final metrics."""
+  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+  tc = config.train
+  # ---------------------------------------------------------------- (1) setup
+  mesh = parallel.create_mesh(tuple(config.mesh_shape))
+  task = registry.get_task(config)
+  total_steps = int(tc.num_steps)
+  tx, schedule = optim.make_optimizer(tc, total_steps)
+  plan = _phase_plan(config, total_steps)
+  nproc, pidx = jax.process_count(), jax.process_index()
+  if tc.batch_size % parallel.data_parallel_size(mesh) or tc.batch_size % nproc:
+    raise ValueError(f"train.batch_size={tc.batch_size} must divide over the "
+                     f"{parallel.data_parallel_size(mesh)} data-parallel devices and "
+                     f"{nproc} processes.")
+  host_batch = tc.batch_size // nproc
+  writer = MetricWriter(workdir)
+  task.prepare(workdir)
+
+  def to_global(batch):
+    return {k: jax.make_array_from_process_local_data(
+        parallel.batch_sharding(mesh, np.ndim(v)), np.asarray(v)) for k, v in batch.items()}
+
+  # --------------------------------------------------- (2) sharded state
+  dummy = task.dummy_batch(tc.batch_size, **task.phase_shapes(plan[0][2]))
+  with mesh:
+    state, state_sh, abstract = create_sharded_state(task, tx, mesh, dummy, config.seed)
+
+  # --------------------------------------------------- (3) restore or init
+  ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), keep=tc.keep_checkpoints,
+                               async_save=tc.async_checkpoints,
+                               best_metric=tc.get("best_metric") or None,
+                               best_mode=tc.get("best_mode", "max"))
+  start_step = 0
+  latest = ckpt.latest_step()
+  phase = _phase_of(plan, latest or 0)
+  train_iter = task.train_iterator(plan[phase][2], host_batch, pidx, nproc, config.seed)
+  if latest is not None:
+    restored = ckpt.restore(abstract, data_iterator=train_iter)
+    state, meta, got = restored
+    start_step = int(jax.device_get(state.step))
+    if meta.get("phase", phase) != _phase_of(plan, start_step):
+      # Saved at a phase boundary: the new phase starts its own data stream.
+      phase = _phase_of(plan, start_step)
+      train_iter = task.train_iterator(plan[phase][2], host_batch, pidx, nproc, config.seed)
+    log(f"resumed from {ckpt.directory}/{got} at step {start_step}")
+  elif config.get("init_from"):
+    params = task.load_pretrained_params(config.init_from, state.params)
+    state = state.replace(params=jax.device_put(params, state_sh.params))
+    log(f"initialized params from {config.init_from}")
+  phase = _phase_of(plan, start_step)
+
+  # --------------------------------------------------- (4) compile steps
+  p_train = jax.jit(
+      functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule,
+                        accum_steps=int(tc.grad_accum_steps)),
+      in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,))
+  p_eval = jax.jit(functools.partial(steps.eval_step, task=task),
+                   in_shardings=(state_sh.params, None))
+
+  peak = float(tc.get("peak_flops_per_device") or metrics_lib.measured_peak_flops(
+      "bfloat16" if task.model_config.dtype == "bfloat16" and jax.default_backend() != "cpu"
+      else "float32"))
+  n_params = sum(x.size for x in jax.tree_util.tree_leaves(abstract.params))
+  log(f"task {task.name} | model {n_params / 1e6:.2f}M params | mesh "
+      f"{dict(mesh.shape)} | {jax.device_count()} devices, {nproc} processes | "
+      f"steps {start_step}->{total_steps}")
+  writer.write_text("config", "```\n" + config.to_json_best_effort(indent=1) + "\n```")
+
+  # --------------------------------------------------- (5) the loop
+  window, window_t0, window_steps = [], time.perf_counter(), 0
+  history, last_eval, summary = [], {}, {}
+  first_metrics = None
+  loop_t0, loop_step0 = time.perf_counter(), start_step
+  step = start_step
+  with _Preemption() as preempt, mesh:
+    while step < total_steps:
+      if _phase_of(plan, step) != phase:
+        phase = _phase_of(plan, step)
+        train_iter = task.train_iterator(plan[phase][2], host_batch, pidx, nproc, config.seed)
+        log(f"phase {phase}: {plan[phase][2]}")
+      batch = to_global(next(train_iter))
+      state, m = p_train(state, batch)
+      step += 1
+      window.append(m)
+      window_steps += 1
+
+      if step % tc.log_every == 0 or step == total_steps or preempt.requested:
+        got = jax.device_get(window)
+        bad = [step - len(got) + i + 1 for i, x in enumerate(got) if x["finite"] < 1]
+        if bad and not tc.skip_nonfinite:
+          ckpt.wait()
+          raise NonFiniteLossError(
+              f"non-finite loss or gradient at step {bad[0]} (the state was not updated "
+              f"by it; last good checkpoint: {ckpt.latest_step()} in {ckpt.directory}). "
+              "Lower the learning rate, check the data, or set train.skip_nonfinite=True.")
+        good = [x for x in got if x["finite"] >= 1] or got
+        avg = {k: float(np.mean([x[k] for x in good])) for k in good[0] if k != "finite"}
+        avg["skipped_steps"] = float(len(bad))
+        dt = time.perf_counter() - window_t0
+        shapes = task.phase_shapes(plan[phase][2])
+        seqs = tc.batch_size * window_steps
+        avg["seq_per_sec"] = seqs / dt
+        avg["tokens_per_sec"] = seqs * shapes["seq_len"] / dt
+        avg["step_time"] = dt / window_steps
+        flops = tc.batch_size * task.flops_per_example(shapes["seq_len"],
+                                                       shapes["num_predictions"])
+        avg["mfu"] = metrics_lib.mfu(flops, avg["step_time"], jax.device_count(), peak)
+        if first_metrics is None:
+          first_metrics = dict(avg)
+        writer.write_scalars(step, avg)
+        rate = (step - loop_step0) / max(time.perf_counter() - loop_t0, 1e-9)
+        log(progress_line(step, total_steps, avg, (total_steps - step) / max(rate, 1e-9)))
+        history.append(avg)
+        summary = avg
+        window, window_t0, window_steps = [], time.perf_counter(), 0
+
+      if tc.eval_every and (step % tc.eval_every == 0 or step == total_steps):
+        eval_iter = task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)
+        last_eval = evaluate(p_eval, task, state.params, eval_iter, tc.eval_steps, to_global)
+        if last_eval:
+          writer.write_scalars(step, {f"eval/{k}": v for k, v in last_eval.items()})
+          log("eval @ %d: " % step + ", ".join(f"{k} {v:.4f}" for k, v in last_eval.items()))
+
+      if step % tc.checkpoint_every == 0 or step == total_steps or preempt.requested:
+        ckpt.save(step, state, _meta(config, task, phase), train_iter,
+                  metrics=last_eval or None)
+      if preempt.requested:
+        log(f"SIGTERM: saved step {step} in {ckpt.directory}; exiting.")
+        break
+
+  ckpt.close()
+  writer.close()
+  # --------------------------------------------------- (6) summary
+  result = {"step": step, "preempted": preempt.requested, **summary,
+            **{f"eval/{k}": v for k, v in last_eval.items()}}
+  if first_metrics and summary:
+    log("summary: " + ", ".join(
+        f"{k} {first_metrics[k]:.4f} -> {summary[k]:.4f}"
+        for k in ("loss", "mlm_accuracy", "nsp_accuracy", "accuracy") if k in summary))
+  return result

@@ -1,0 +1,48 @@
+"""Losses as sums over examples/tokens, so callers normalize by full-batch weights.
+
+Returning (sum of weighted losses) rather than a mean is what makes gradient
+accumulation over microbatches exactly equal to one large batch: the normalizer is
+the whole batch's weight, known before the microbatches are split.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def softmax_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None,
+                          class_weights: jax.Array | None = None, focal_gamma: float = 0.0,
+                          label_smoothing: float = 0.0) -> jax.Array:
+  """Sum over all positions of weights * CE(logits, labels). float32.
+
+  logits [..., classes]; labels [...] int; weights [...] (0 drops a position).
+  class_weights [classes] rescales each example by the weight of its true class (imbalance);
+  focal_gamma > 0 gives the focal loss (1 - p_t)^γ · CE (Lin et al. 2017).
+  """
+  logits = logits.astype(jnp.float32)
+  log_probs = jax.nn.log_softmax(logits, axis=-1)
+  num_classes = logits.shape[-1]
+  onehot = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
+  if label_smoothing:
+    onehot = onehot * (1.0 - label_smoothing) + label_smoothing / num_classes
+  loss = -jnp.sum(onehot * log_probs, axis=-1)                   # [...]
+  if focal_gamma:
+    p_true = jnp.exp(jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0])
+    loss = loss * (1.0 - p_true) ** focal_gamma
+  if class_weights is not None:
+    loss = loss * jnp.asarray(class_weights, jnp.float32)[labels]
+  if weights is not None:
+    loss = loss * weights.astype(jnp.float32)
+  return jnp.sum(loss)
+
+
+def correct_count(logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None):
+  """Sum of weights where argmax(logits) == labels."""
+  hit = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+  return jnp.sum(hit if weights is None else hit * weights.astype(jnp.float32))
+
+
+def sigmoid_binary_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """Elementwise BCE with logits, stable for large |logits|: [...] float32."""
+  logits = logits.astype(jnp.float32)
+  return jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))

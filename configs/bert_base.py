@@ -1,0 +1,22 @@
+"""BERT-base with the paper's recipe (Devlin et al. 2019): 1M steps of batch 256,
+seq 128 for 90% of the steps then 512; Adam 1e-4 (β 0.9/0.999, ε 1e-6), 10k warmup,
+linear decay, weight decay 0.01; bf16 compute, params and optimizer state in float32.
+
+Run (one host; TPU pods: launch/tpu_pod.sh; SLURM: launch/slurm.sbatch):
+  python -m bert_jax.main --config configs/bert_base.py --workdir /path/to/bert_base
+MLM only with packed rows (RoBERTa-style): --config configs/bert_base.py:mlm_only
+A real corpus: --config.data.corpus=tfds --config.data.tfds_name=wikipedia/20230601.en
+(needs network and `pip install -r requirements-tf.txt`); the default is the embedded one.
+Sweep: python launch/sweep.py --config configs/bert_base.py --workdir_root DIR --dry_run
+"""
+from bert_jax.train.defaults import bert_pretraining_config
+
+
+def get_config(arg=None):
+  return bert_pretraining_config("bert/base", arg)
+
+
+def get_sweep(hyper):
+  """Learning rate x warmup, expanded by launch/sweep.py into runs with their own workdirs."""
+  return hyper.product([hyper.sweep("config.train.learning_rate", [5e-5, 1e-4, 2e-4]),
+                        hyper.sweep("config.train.warmup_steps", [5000, 10000])])
