@@ -1,0 +1,299 @@
+"""Feature extraction: one vector (or one per token) for each line of a text file.
+
+  python -m bert_jax.embed --checkpoint CKPT --input texts.txt --output vectors.npy \
+      [--pooling mean|cls|none] [--layers -1 | -4,-3,-2,-1] [--combine concat|mean] \
+      [--batch_size 32] [--max_length 512] [--normalize]
+
+CKPT is a Hugging Face BERT directory (config.json + model.safetensors + vocab) or one
+of our training checkpoints (workdir, checkpoints/ dir or step dir). Line i of the input
+(UTF-8, "\\n" or "\\r\\n" line ends) is row i of the output:
+  mean / cls  float32 .npy [lines, dim]. `mean` averages the real tokens, [CLS] and
+              [SEP] included, exactly as sentence-transformers' mean pooling; `cls` is
+              the [CLS] vector as is (no pooler dense/tanh).
+  none        .npz with `vectors` float32 [total_tokens, dim], `offsets` int64 [lines+1]
+              (line i is vectors[offsets[i]:offsets[i+1]], [CLS] and [SEP] included),
+              `token_ids` int32 and `tokens` str [total_tokens] (no pickled objects).
+The output is written to exactly the given path, whatever its extension.
+--layers indexes the hidden states as python does: -1 the last layer, 0 the embedding
+output; several layers are concatenated in the given order (as bert-as-service's
+pooling_layer and BERT's feature-based NER), dim = hidden * len(layers), or averaged
+with --combine mean. --normalize scales every output vector to unit L2 norm.
+Empty (or whitespace-only) lines are embedded as "[CLS] [SEP]", with one warning counting
+them, so rows stay aligned; lines over --max_length tokens keep their first
+max_length - 1 tokens + [SEP] (one warning counts them). To reproduce a
+sentence-transformers model, pass its max_seq_length (all-MiniLM-L6-v2: 256).
+Bad input (missing file, not UTF-8, no lines, bad checkpoint, bad flags) prints
+`embed: error: ...` to stderr and exits with status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import os
+import re
+import sys
+from typing import Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.models.bert import BertModel
+
+POOLINGS = ("mean", "cls", "none")
+LENGTH_BUCKET = 32  # pad lengths to multiples of this: few shapes, few compiles
+
+
+class InputError(Exception):
+  """Bad user input: reported as one line on stderr, exit status 2."""
+
+
+# ---------------------------------------------------------------------------- input
+def read_lines(path: str) -> list[str]:
+  """The lines of a UTF-8 file, without their "\\n" / "\\r\\n" (a BOM is dropped)."""
+  if not os.path.isfile(path):
+    raise InputError(f"input file {path} does not exist" if not os.path.exists(path)
+                     else f"input {path} is not a file")
+  with open(path, "rb") as f:
+    data = f.read()
+  try:
+    text = data.decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    raise InputError(f"{path} is not UTF-8: byte 0x{data[e.start]:02x} at offset {e.start} "
+                     f"(line {line}); convert it, e.g. `iconv -f latin1 -t utf-8`") from None
+  lines = text.split("\n")
+  if lines and lines[-1] == "":
+    lines.pop()  # the final newline ends the last line, it does not start a new one
+  if not lines:
+    raise InputError(f"{path} has no lines to embed")
+  return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+@dataclasses.dataclass
+class Encoded:
+  ids: list[np.ndarray]       # per line: [CLS] tokens [SEP], int32
+  tokens: list[list[str]]
+  num_truncated: int
+  num_empty: int
+
+
+def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> Encoded:
+  """[CLS] text [SEP] per line, truncated to max_length tokens (the [SEP] is kept)."""
+  cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+  if cls_id is None or sep_id is None:
+    raise InputError("the checkpoint's vocabulary has no [CLS] / [SEP] token")
+  ids, tokens, truncated, empty = [], [], 0, 0
+  for enc in tokenizer.encode_batch(list(texts), add_special_tokens=False):
+    body_ids, body_tokens = enc.ids, enc.tokens
+    empty += not body_ids
+    if len(body_ids) > max_length - 2:
+      truncated += 1
+      body_ids, body_tokens = body_ids[:max_length - 2], body_tokens[:max_length - 2]
+    ids.append(np.array([cls_id, *body_ids, sep_id], np.int32))
+    tokens.append(["[CLS]", *body_tokens, "[SEP]"])
+  return Encoded(ids, tokens, truncated, empty)
+
+
+# ---------------------------------------------------------------------------- model
+@functools.partial(jax.jit, static_argnames=("config", "per_token", "layers", "combine"))
+def _forward(params, ids, mask, *, config: TransformerConfig, per_token: bool,
+             layers: tuple[int, ...], combine: str):
+  """ids, mask [batch, len] -> token vectors [batch, len, dim] (per_token) or
+  {"mean", "cls"}: [batch, dim] each (both pooled in one compile, the cheap part)."""
+  want_hidden = layers != (-1,)
+  out = BertModel(config, add_pooler=False).apply(
+      {"params": params}, ids, mask, output_hidden_states=want_hidden)
+  if want_hidden:
+    picked = [out["hidden_states"][i] for i in layers]     # each [batch, len, hidden]
+    x = (jnp.concatenate(picked, axis=-1) if combine == "concat"
+         else jnp.mean(jnp.stack(picked), axis=0))
+  else:
+    x = out["sequence_output"]
+  x = x.astype(jnp.float32)                                # [batch, len, dim]
+  if per_token:
+    return x
+  # sentence-transformers' mean: sum(x * mask) / clamp(sum(mask), 1e-9)
+  m = mask[..., None].astype(jnp.float32)
+  return {"mean": (x * m).sum(axis=1) / jnp.maximum(m.sum(axis=1), 1e-9), "cls": x[:, 0]}
+
+
+def _bucket(n: int, max_length: int) -> int:
+  return min(-(-n // LENGTH_BUCKET) * LENGTH_BUCKET, max_length)
+
+
+def _batch_rows(n: int, batch_size: int) -> int:
+  """Rows of a compiled batch: a power of two >= n (capped), so tails add few shapes."""
+  return min(1 << (n - 1).bit_length(), batch_size)
+
+
+def run_model(config: TransformerConfig, params, ids: Sequence[np.ndarray], *,
+              pooling: str = "mean", layers: tuple[int, ...] = (-1,), combine: str = "concat",
+              batch_size: int = 32, max_length: int = 512) -> list[np.ndarray]:
+  """Per line, in input order: [dim] (mean / cls) or [len_i, dim] (none), float32.
+
+  Lines are sorted by length so each batch pads little; each (rows, bucketed length)
+  shape compiles once.
+  """
+  if pooling not in POOLINGS:
+    raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
+  # Once on the device, not with every batch; the pooler is not used.
+  params = jax.device_put({k: params[k] for k in ("embeddings", "encoder")})
+  config = config.replace(deterministic=True)
+  order = np.argsort([-len(x) for x in ids], kind="stable")
+  results: list[Optional[np.ndarray]] = [None] * len(ids)
+  for start in range(0, len(order), batch_size):
+    chunk = order[start:start + batch_size]
+    length = _bucket(max(len(ids[i]) for i in chunk), max_length)
+    batch = np.zeros((_batch_rows(len(chunk), batch_size), length), np.int32)
+    mask = np.zeros_like(batch)
+    for row, i in enumerate(chunk):
+      batch[row, :len(ids[i])], mask[row, :len(ids[i])] = ids[i], 1
+    # Full float32 matmuls even where the platform default is TF32 / bf16 passes.
+    with jax.default_matmul_precision("float32"):
+      out = _forward(params, batch, mask, config=config, per_token=pooling == "none",
+                     layers=layers, combine=combine)
+    out = np.asarray(out if pooling == "none" else out[pooling])
+    for row, i in enumerate(chunk):
+      results[i] = out[row, :len(ids[i])] if pooling == "none" else out[row]
+  return results
+
+
+def normalize(x: np.ndarray) -> np.ndarray:
+  """Unit L2 norm along the last axis (torch.nn.functional.normalize, eps 1e-12)."""
+  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+# ---------------------------------------------------------------------------- CLI
+def _parse_layers(text: str) -> tuple[int, ...]:
+  try:
+    layers = tuple(int(x) for x in text.split(",") if x.strip())
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+  if not layers:
+    raise argparse.ArgumentTypeError("no layer given")
+  return layers
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      prog="python -m bert_jax.embed", description=__doc__.split("\n")[0],
+      epilog="See the module docstring (bert_jax/embed.py) for the output formats.")
+  parser.add_argument("--checkpoint", required=True,
+                      help="HF BERT directory or bert_jax training checkpoint")
+  parser.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
+  parser.add_argument("--output", required=True,
+                      help=".npy [lines, dim] for mean/cls; an .npz archive for none")
+  parser.add_argument("--pooling", choices=POOLINGS, default="mean",
+                      help="mean: average of the real tokens incl. [CLS]/[SEP] "
+                           "(sentence-transformers); cls: the [CLS] vector; none: every "
+                           "token's vector (.npz: vectors, offsets, token_ids, tokens)")
+  parser.add_argument("--layers", type=_parse_layers, default=(-1,),
+                      help="hidden states to use, python indices: -1 last layer, 0 "
+                           "embeddings; several (e.g. -4,-3,-2,-1) are CONCATENATED in that "
+                           "order (dim = hidden x count), or averaged with --combine mean")
+  parser.add_argument("--combine", choices=("concat", "mean"), default="concat",
+                      help="how several --layers are combined (default concat)")
+  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--max_length", type=int, default=None,
+                      help="tokens per line incl. [CLS]/[SEP]; longer lines are truncated "
+                           "(default: the model's max positions, at most 512)")
+  parser.add_argument("--normalize", action="store_true",
+                      help="scale each output vector to unit L2 norm")
+  return parser
+
+
+def _warn(message: str) -> None:
+  print(f"embed: warning: {message}", file=sys.stderr)
+
+
+def _check_flags(args, config: TransformerConfig) -> int:
+  """Validates flags against the model; returns the effective max_length."""
+  if os.path.isdir(args.output):
+    raise InputError(f"--output {args.output} is a directory; give a file path")
+  if args.batch_size < 1:
+    raise InputError(f"--batch_size must be >= 1, got {args.batch_size}")
+  max_length = args.max_length or min(config.max_len, 512)
+  if not 2 <= max_length <= config.max_len:
+    raise InputError(f"--max_length must be in [2, {config.max_len}] (the model's "
+                     f"position table), got {max_length}")
+  num_states = config.num_layers + 1
+  bad = [i for i in args.layers if not -num_states <= i < num_states]
+  if bad:
+    raise InputError(f"--layers {bad} out of range: this model has {config.num_layers} "
+                     f"layers, so valid indices are {-num_states}..{num_states - 1}")
+  return max_length
+
+
+def _write(path: str, pooling: str, vectors: list[np.ndarray], encoded: Encoded) -> tuple:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "wb") as f:
+    if pooling != "none":
+      array = np.stack(vectors).astype(np.float32)
+      np.save(f, array)
+      return array.shape
+    offsets = np.cumsum([0] + [len(v) for v in vectors]).astype(np.int64)
+    flat = np.concatenate(vectors).astype(np.float32)
+    np.savez(f, vectors=flat, offsets=offsets,
+             token_ids=np.concatenate(encoded.ids).astype(np.int32),
+             tokens=np.array([t for ts in encoded.tokens for t in ts], dtype=str))
+    return flat.shape
+
+
+def _glue_layers(argv: Sequence[str]) -> list[str]:
+  """`--layers -4,-3` -> `--layers=-4,-3`: argparse takes "-4,-3" for an option otherwise."""
+  out, rest = [], list(argv)
+  while rest:
+    arg = rest.pop(0)
+    if arg == "--layers" and rest and re.fullmatch(r"-\d[\d,\s-]*", rest[0]):
+      arg = f"--layers={rest.pop(0)}"
+    out.append(arg)
+  return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  """The CLI; returns the exit status (0 ok, 2 bad input or flags)."""
+  argv = _glue_layers(sys.argv[1:] if argv is None else argv)
+  try:
+    args = build_parser().parse_args(argv)
+  except SystemExit as e:  # argparse already printed usage + error (or --help)
+    return int(e.code or 0)
+  from bert_jax.interop.hf import load_for_inference  # pylint: disable=g-import-not-at-top
+  try:
+    lines = read_lines(args.input)
+    try:
+      config, params, tokenizer = load_for_inference(args.checkpoint)
+    except Exception as e:  # pylint: disable=broad-except  (any unreadable checkpoint)
+      detail = str(e) if isinstance(e, (OSError, ValueError)) else f"{type(e).__name__}: {e}"
+      raise InputError(f"cannot load --checkpoint {args.checkpoint}: {detail}") from None
+    if tokenizer is None:
+      raise InputError(f"--checkpoint {args.checkpoint} has no vocab.txt / tokenizer.json")
+    max_length = _check_flags(args, config)
+    encoded = tokenize(tokenizer, lines, max_length)
+  except InputError as e:
+    print(f"embed: error: {e}", file=sys.stderr)
+    return 2
+  if encoded.num_empty:
+    _warn(f"{encoded.num_empty} empty line(s) embedded as [CLS] [SEP] (rows stay aligned "
+          "with input lines)")
+  if encoded.num_truncated:
+    _warn(f"{encoded.num_truncated} line(s) longer than --max_length={max_length} tokens "
+          "were truncated")
+  vectors = run_model(config, params, encoded.ids, pooling=args.pooling, layers=args.layers,
+                      combine=args.combine, batch_size=args.batch_size, max_length=max_length)
+  if args.normalize:
+    vectors = [normalize(v) for v in vectors]
+  try:
+    shape = _write(args.output, args.pooling, vectors, encoded)
+  except OSError as e:
+    print(f"embed: error: cannot write --output {args.output}: {e}", file=sys.stderr)
+    return 2
+  print(f"embed: wrote {args.pooling} vectors {list(shape)} for {len(lines)} lines to "
+        f"{args.output}", file=sys.stderr)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

