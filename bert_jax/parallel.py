@@ -63,6 +63,10 @@ def create_mesh(shape: Sequence[int] = (-1, 1, 1), devices=None) -> Mesh:
   """A (data, fsdp, tensor) mesh over all (or the given) devices."""
   devices = jax.devices() if devices is None else list(devices)
   resolved = mesh_shape(shape, len(devices))
+  if devices[0].platform == "cpu":
+    # CPU devices have no topology; keep their natural order.
+    return Mesh(np.asarray(devices).reshape(resolved), MESH_AXES,
+                axis_types=(AxisType.Auto,) * len(MESH_AXES))
   # make_mesh orders devices along the physical topology (ICI rings on TPU).
   return jax.make_mesh(resolved, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
                        devices=devices)
@@ -85,6 +89,22 @@ def abstract_state_shardings(abstract_state, mesh: Mesh, rules=LOGICAL_RULES):
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
   """Leading (batch) dimension over the data-parallel axes, the rest replicated."""
   return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
+
+
+def spread_over_all_devices(tree):
+  """Constrains every array's leading (batch) dim over all mesh axes (inside jit + mesh).
+
+  Applied to model outputs before the loss: the loss then runs fully data-parallel on
+  small [batch, P, vocab] logits instead of vocab-sharded over `tensor`. Besides being
+  cheap, it sidesteps an XLA SPMD miscompile we hit on a 3-D (2, 2, 2) mesh, where the
+  backward pass of a cross-entropy over vocab-sharded logits with a (data, fsdp)-sharded
+  batch gave wrong gradients (tests/train/test_sharded_steps.py guards it).
+  """
+  def constrain(x):
+    if getattr(x, "ndim", 0) == 0:
+      return x
+    return jax.lax.with_sharding_constraint(x, P(MESH_AXES, *([None] * (x.ndim - 1))))
+  return jax.tree_util.tree_map(constrain, tree)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -115,8 +115,16 @@ class BertModel(nn.Module):
 
 
 def gather_positions(sequence: Array, positions: Array) -> Array:
-  """[batch, len, d], [batch, P] -> [batch, P, d]: the vectors at the given positions."""
-  return jnp.take_along_axis(sequence, positions[..., None].astype(jnp.int32), axis=1)
+  """[batch, len, d], [batch, P] -> [batch, P, d]: the vectors at the given positions.
+
+  Written as a one-hot matmul rather than a gather: it costs batch·P·len·d FLOPs (small
+  next to the encoder), partitions cleanly whatever the batch/feature sharding, and
+  avoids an XLA SPMD miscompile of the gather's scatter-add gradient that we hit with
+  the batch split over (data, fsdp) and activations over tensor.
+  """
+  onehot = jax.nn.one_hot(positions, sequence.shape[1], dtype=sequence.dtype)  # [b, P, len]
+  # HIGHEST: a selection must not round the hidden states (TPU/GPU default is bf16 passes).
+  return jnp.einsum("bpl,bld->bpd", onehot, sequence, precision=jax.lax.Precision.HIGHEST)
 
 
 class MlmHead(nn.Module):

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bert_jax import parallel
+
 
 @flax.struct.dataclass
 class TrainState:
@@ -40,7 +42,7 @@ def _microbatches(batch, k: int):
 
 def _sum_terms(task, params, batch, rng, totals):
   """(loss, metric sums) of one (micro)batch; loss = Σ_parts part_sum / full-batch weight."""
-  out = task.apply(params, batch, rng, train=True)
+  out = parallel.spread_over_all_devices(task.apply(params, batch, rng, train=True))
   parts = task.loss_parts(out, batch)
   loss = sum(parts[name] / totals[name] for name in parts)
   return loss, task.metric_sums(out, batch)
@@ -95,5 +97,5 @@ def train_step(state: TrainState, batch, *, task, tx: optax.GradientTransformati
 
 def eval_step(params, batch, *, task):
   """Metric numerators/denominators of one eval batch (summed over batches by the loop)."""
-  out = task.apply(params, batch, None, train=False)
+  out = parallel.spread_over_all_devices(task.apply(params, batch, None, train=False))
   return task.metric_sums(out, batch)

@@ -1,0 +1,126 @@
+"""Unit tests of the sharded train step on 8 fake CPU devices."""
+import functools
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from bert_jax import parallel
+from bert_jax.tasks.pretraining import PretrainingTask
+from bert_jax.train import optim, steps
+from bert_jax.train.loop import create_sharded_state
+from tests.train.conftest import random_batch, tiny_config
+
+
+def run_steps(config, mesh_shape, batches, devices=None, accum=1):
+  """Creates the sharded state on the mesh and runs the jitted train step on each batch."""
+  mesh = parallel.create_mesh(mesh_shape, devices)
+  task = PretrainingTask(config)
+  tx, schedule = optim.make_optimizer(config.train, config.train.num_steps)
+  with mesh:
+    state, sh, _ = create_sharded_state(task, tx, mesh, batches[0], seed=0)
+    fn = jax.jit(functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule,
+                                   accum_steps=accum),
+                 in_shardings=(sh, None), out_shardings=(sh, None), donate_argnums=(0,))
+    metrics = []
+    for b in batches:
+      gb = {k: jax.device_put(v, parallel.batch_sharding(mesh, v.ndim)) for k, v in b.items()}
+      state, m = fn(state, gb)
+      metrics.append(jax.device_get(m))
+  return state, metrics, sh, mesh
+
+
+@pytest.fixture(scope="module")
+def single_device_run():
+  batches = [random_batch(i) for i in range(2)]
+  state, metrics, _, _ = run_steps(tiny_config(), (1, 1, 1), batches, jax.devices()[:1])
+  return batches, jax.device_get(state), metrics
+
+
+@pytest.mark.parametrize("mesh_shape", [(8, 1, 1), (2, 2, 2), (1, 2, 4)])
+def test_sharded_step_equals_single_device(single_device_run, mesh_shape):
+  batches, ref_state, ref_metrics = single_device_run
+  state, metrics, sh, mesh = run_steps(tiny_config(), mesh_shape, batches)
+  for m, r in zip(metrics, ref_metrics):
+    for k in ("loss", "mlm_loss", "nsp_loss", "grad_norm", "mlm_accuracy"):
+      assert m[k] == pytest.approx(r[k], abs=1e-5), k
+  got = jax.device_get(state)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                         got.params, ref_state.params)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                         got.opt_state, ref_state.opt_state)
+  # The declared shardings are the ones the arrays carry.
+  qk = state.params["bert"]["encoder"]["layers_0"]["attention"]["query"]["kernel"]
+  emb = state.params["bert"]["embeddings"]["token_embedder"]["embedding"]
+  wi = state.params["bert"]["encoder"]["layers_0"]["mlp"]["wi"]["kernel"]
+  assert qk.sharding == NamedSharding(mesh, P("fsdp", "tensor", None))
+  assert emb.sharding == NamedSharding(mesh, P("tensor", "fsdp"))
+  assert wi.sharding == NamedSharding(mesh, P("fsdp", "tensor"))
+  mu = state.opt_state[1][0].mu["bert"]["encoder"]["layers_0"]["mlp"]["wi"]["kernel"]
+  assert mu.sharding == wi.sharding  # Adam moments sharded like their params
+  jax.tree_util.tree_map(lambda a, s: _assert_sharding(a, s), state, sh)
+
+
+def _assert_sharding(array, sharding):
+  assert array.sharding.is_equivalent_to(sharding, array.ndim)
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+  big = random_batch(7, batch=16)
+  cfg = tiny_config()
+  state_a, m_a, _, _ = run_steps(cfg, (2, 2, 2), [big], accum=1)
+  state_b, m_b, _, _ = run_steps(cfg, (2, 2, 2), [big], accum=4)
+  assert m_b[0]["loss"] == pytest.approx(m_a[0]["loss"], abs=1e-5)
+  assert m_b[0]["grad_norm"] == pytest.approx(m_a[0]["grad_norm"], rel=1e-5)
+  jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+                         jax.device_get(state_b.params), jax.device_get(state_a.params))
+
+
+def test_nonfinite_step_leaves_state_untouched():
+  cfg = tiny_config(learning_rate=1e-3)
+  batch = random_batch(3)
+  mesh = parallel.create_mesh((8, 1, 1))
+  task = PretrainingTask(cfg)
+  tx, schedule = optim.make_optimizer(cfg.train, 10)
+  with mesh:
+    state, sh, _ = create_sharded_state(task, tx, mesh, batch, seed=0)
+    before = jax.device_get(state.params)
+    poisoned = jax.tree_util.tree_map(lambda x: x, state)
+    emb = poisoned.params["bert"]["embeddings"]["token_embedder"]["embedding"]
+    poisoned.params["bert"]["embeddings"]["token_embedder"]["embedding"] = emb.at[0, 0].set(
+        np.nan)
+    fn = jax.jit(functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule))
+    batch = dict(batch, input_ids=np.zeros_like(batch["input_ids"]))  # uses the NaN row
+    new, m = fn(poisoned, batch)
+  assert m["finite"] == 0.0
+  assert int(new.step) == 1
+  after = jax.tree_util.tree_map(np.array, jax.device_get(new.params))
+  # Every param except the poisoned entry is bit-identical: nothing was applied.
+  after["bert"]["embeddings"]["token_embedder"]["embedding"][0, 0] = before[
+      "bert"]["embeddings"]["token_embedder"]["embedding"][0, 0]
+  jax.tree_util.tree_map(np.testing.assert_array_equal, after, before)
+
+
+def test_weight_decay_mask_skips_layernorm_and_biases():
+  cfg = tiny_config()
+  task = PretrainingTask(cfg)
+  params = jax.eval_shape(lambda: task.init(jax.random.key(0), random_batch(0)))["params"]
+  import flax.linen as nn
+  mask = optim.decay_mask(nn.unbox(params))
+  assert mask["bert"]["encoder"]["layers_0"]["attention"]["query"]["kernel"] is True
+  assert mask["bert"]["encoder"]["layers_0"]["attention"]["query"]["bias"] is False
+  assert mask["bert"]["embeddings"]["layer_norm"]["scale"] is False
+  assert mask["mlm_head"]["bias"] is False
+  assert mask["bert"]["embeddings"]["token_embedder"]["embedding"] is True
+
+
+def test_schedules():
+  cfg = tiny_config(learning_rate=1.0, warmup_steps=10).train
+  lin = optim.learning_rate_schedule(cfg, 110)
+  assert float(lin(0)) == 0.0 and float(lin(5)) == pytest.approx(0.5)
+  assert float(lin(10)) == pytest.approx(1.0) and float(lin(60)) == pytest.approx(0.5)
+  assert float(lin(110)) == pytest.approx(0.0, abs=1e-6)
+  cfg.schedule = "inverse_sqrt"
+  inv = optim.learning_rate_schedule(cfg, 110)
+  assert float(inv(5)) == pytest.approx(0.5) and float(inv(40)) == pytest.approx(0.5)
