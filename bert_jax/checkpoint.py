@@ -30,6 +30,12 @@ class CheckpointMismatchError(ValueError):
   """The checkpoint holds a differently shaped model than the one being restored."""
 
 
+def _item_handlers(state_handler=None) -> dict:
+  import grain.checkpoint as gc  # pylint: disable=g-import-not-at-top
+  return {"state": state_handler or ocp.StandardCheckpointHandler(),
+          "meta": ocp.JsonCheckpointHandler(), "data": gc.CheckpointHandler()}
+
+
 def _grain_args():
   import grain.checkpoint as gc  # pylint: disable=g-import-not-at-top
   return gc.CheckpointSave, gc.CheckpointRestore
@@ -49,7 +55,9 @@ class Checkpointer:
     options = ocp.CheckpointManagerOptions(
         enable_async_checkpointing=async_save, create=True,
         preservation_policy=ocm.AnyPreservationPolicy(policies), cleanup_tmp_directories=True)
-    self.manager = ocp.CheckpointManager(self.directory, options=options)
+    # Handlers named up front, so metadata of existing steps is readable before a restore.
+    self.manager = ocp.CheckpointManager(self.directory, options=options,
+                                         item_handlers=_item_handlers())
 
   # ------------------------------------------------------------------ save
   def save(self, step: int, state: Any, meta: dict, data_iterator=None,
@@ -141,11 +149,13 @@ def check_compatible(saved_tree, abstract_tree, where: str) -> None:
 
 def _as_plain(tree):
   """TrainState / metadata trees -> nested dicts, so paths compare across both."""
+  if hasattr(tree, "shape") and not isinstance(tree, dict):
+    return tree  # an array, ShapeDtypeStruct or orbax ArrayMetadata: a leaf
   if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
     return {f.name: _as_plain(getattr(tree, f.name)) for f in dataclasses.fields(tree)}
   if hasattr(tree, "_asdict"):
     return {k: _as_plain(v) for k, v in tree._asdict().items()}
-  if isinstance(tree, dict) or hasattr(tree, "items") and not hasattr(tree, "shape"):
+  if isinstance(tree, dict) or hasattr(tree, "items"):
     return {str(k): _as_plain(v) for k, v in tree.items()}
   if isinstance(tree, (list, tuple)):
     return {str(i): _as_plain(v) for i, v in enumerate(tree)}
@@ -165,7 +175,8 @@ def load_params_for_inference(path: str):
   step = None
   if os.path.basename(path).isdigit() and os.path.isdir(os.path.join(path, "state")):
     step, path = int(os.path.basename(path)), os.path.dirname(path)
-  manager = ocp.CheckpointManager(path, options=ocp.CheckpointManagerOptions(read_only=True))
+  manager = ocp.CheckpointManager(path, options=ocp.CheckpointManagerOptions(read_only=True),
+                                  item_handlers=_item_handlers(ocp.PyTreeCheckpointHandler()))
   step = manager.latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f"no bert_jax checkpoint found under {path}")

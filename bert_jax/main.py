@@ -37,6 +37,10 @@ def _maybe_initialize_distributed():
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not FLAGS["verbosity"].present:
+    # Progress goes to stdout; library INFO logs (orbax writes a dozen lines per save)
+    # only with --verbosity=0.
+    logging.set_verbosity(logging.WARNING)
   _maybe_initialize_distributed()
   config = _CONFIG.value
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top

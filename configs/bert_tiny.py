@@ -4,17 +4,15 @@ Run (about 10 minutes on a 2-core CPU, offline):
   python -m bert_jax.main --config configs/bert_tiny.py --workdir workdirs/bert_tiny_demo
 Smaller/faster: --config.train.num_steps=200. TensorBoard: tensorboard --logdir workdirs/
 """
-import ml_collections
-
 from bert_jax.data.config import get_data_config
-from bert_jax.train.defaults import base_config, train_config
+from bert_jax.train.defaults import base_config, model_config, train_config
 
 
 def get_config(arg=None):
   del arg
   c = base_config("bert_pretraining")
-  c.model = ml_collections.ConfigDict(dict(variant="bert/tiny", vocab_size=8192,
-                                           max_len=128, attention_dropout_rate=0.0))
+  c.model = model_config("bert/tiny", vocab_size=8192, max_len=128,
+                         attention_dropout_rate=0.0)
   c.data = get_data_config()
   c.data.corpus = "embedded"
   c.data.vocab_size = 8192
@@ -23,6 +21,5 @@ def get_config(arg=None):
   c.data.dupe_factor = 5
   c.train = train_config(
       batch_size=64, num_steps=1500, learning_rate=1e-3, warmup_steps=150,
-      phases=[dict(fraction=1.0, max_seq_length=128, max_predictions_per_seq=20)],
       log_every=50, eval_every=500, eval_steps=20, checkpoint_every=500)
   return c

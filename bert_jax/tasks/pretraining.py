@@ -5,6 +5,8 @@ metric terms it has; the steps own the mechanics (see bert_jax/train/steps.py).
 """
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -18,6 +20,9 @@ from bert_jax.train import losses
 def model_config_from(config: ml_collections.ConfigDict):
   """TransformerConfig of `config.model`: a named variant plus field overrides."""
   overrides = {k: v for k, v in config.model.items() if k != "variant"}
+  for name in ("head_dim", "mlp_dim"):  # 0 in a config means "derive from hidden_size"
+    if overrides.get(name) == 0:
+      overrides[name] = None
   return get_model_config(config.model.variant, **overrides)
 
 
@@ -33,6 +38,66 @@ class PretrainingTask:
     self.model = BertForPreTraining(self.model_config, nsp=self.nsp)
     self.eval_model = BertForPreTraining(self.model_config.replace(deterministic=True),
                                          nsp=self.nsp)
+
+  # ------------------------------------------------------------------- data
+  def phase_data_config(self, phase: dict) -> ml_collections.ConfigDict:
+    """config.data with the phase's sequence length and prediction count."""
+    cfg = ml_collections.ConfigDict(self.config.data.to_dict())
+    for key in ("max_seq_length", "max_predictions_per_seq"):
+      if key in phase:
+        cfg[key] = phase[key]
+    return cfg
+
+  def phase_shapes(self, phase: dict) -> dict:
+    cfg = self.phase_data_config(phase)
+    return {"seq_len": cfg.max_seq_length, "num_predictions": cfg.max_predictions_per_seq}
+
+  def prepare(self, workdir: str) -> None:
+    """Prepares (or reuses) the instances of every phase; process 0 first, then the rest."""
+    from bert_jax.data import loader  # pylint: disable=g-import-not-at-top
+    del workdir
+    self._prepared = {}
+    for phase in self.config.train.get("phases") or [{}]:
+      phase = dict(phase)
+      cfg = self.phase_data_config(phase)
+      self._prepared[cfg.max_seq_length] = _prepare_in_order(loader.prepare, cfg)
+    first = next(iter(self._prepared.values()))
+    self.tokenizer_dir = os.path.dirname(first.vocab_path)
+    if first.vocab_size > self.model_config.vocab_size:
+      raise ValueError(f"the vocabulary has {first.vocab_size} tokens but the model's "
+                       f"vocab_size is {self.model_config.vocab_size}; set "
+                       "config.model.vocab_size accordingly.")
+
+  def train_iterator(self, phase: dict, batch_size: int, shard_index: int, shard_count: int,
+                     seed: int):
+    from bert_jax.data import loader  # pylint: disable=g-import-not-at-top
+    cfg = self.phase_data_config(phase)
+    return loader.make_train_iterator(cfg, self._prepared[cfg.max_seq_length], batch_size,
+                                      seed, shard_index, shard_count)
+
+  def eval_iterator(self, phase: dict, batch_size: int, shard_index: int, shard_count: int):
+    from bert_jax.data import loader  # pylint: disable=g-import-not-at-top
+    cfg = self.phase_data_config(phase)
+    return loader.make_eval_iterator(cfg, self._prepared[cfg.max_seq_length], batch_size,
+                                     None, shard_index, shard_count)
+
+  def load_pretrained_params(self, path: str, template):
+    """Params from an HF BERT directory or one of our checkpoints, checked against ours."""
+    from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+    from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan  # pylint: disable=g-import-not-at-top
+    if os.path.exists(os.path.join(path, "config.json")):
+      from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
+      _, params = hf.load_hf_bert(path, model="pretraining" if self.nsp else "encoder",
+                                  scan_layers=self.model_config.scan_layers,
+                                  allow_missing_heads=True)
+      if not self.nsp:
+        params = {"bert": params} if "bert" not in params else params
+    else:
+      _, params, _ = checkpoint.load_params_for_inference(path)
+      convert = unrolled_to_scan if self.model_config.scan_layers else scan_to_unrolled
+      params = convert(params)
+    checkpoint.check_compatible(params, template, path)
+    return params
 
   # ------------------------------------------------------------------ model
   def dummy_batch(self, batch_size: int, seq_len: int, num_predictions: int) -> dict:
@@ -65,7 +130,7 @@ class PretrainingTask:
 
   # ------------------------------------------------------------ loss terms
   def _example_weights(self, batch):
-    w = batch.get("example_weights")
+    w = batch.get("next_sentence_weights")  # 0 on eval padding rows
     return jnp.ones(batch["input_ids"].shape[:1], jnp.float32) if w is None else w
 
   def loss_weights(self, batch):
@@ -118,3 +183,14 @@ class PretrainingTask:
                           + 2 * 2 * seq_len * attn_width)
     heads = num_predictions * 2 * (d * d + d * vocab) + 2 * (d * d + 2 * d)
     return 3.0 * (seq_len * per_token + heads)
+
+
+def _prepare_in_order(prepare_fn, cfg):
+  """Process 0 prepares; the others wait for it and then reuse its files (shared disk)
+  or prepare their own copy (local disks): preparation is deterministic either way."""
+  if jax.process_count() == 1:
+    return prepare_fn(cfg)
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  result = prepare_fn(cfg) if jax.process_index() == 0 else None
+  multihost_utils.sync_global_devices(f"bert_jax: data prepared, seq {cfg.max_seq_length}")
+  return result if result is not None else prepare_fn(cfg)

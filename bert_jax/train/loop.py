@@ -51,7 +51,7 @@ class _Preemption:
 
 def _phase_plan(config, total_steps: int):
   """[(first_step, end_step, phase_cfg)]: e.g. seq 128 for 90% of steps, then 512."""
-  phases = config.train.get("phases") or [{"fraction": 1.0}]
+  phases = [dict(p) for p in config.train.get("phases") or ()] or [{"fraction": 1.0}]
   plan, start = [], 0
   for i, ph in enumerate(phases):
     end = total_steps if i == len(phases) - 1 else start + int(round(ph["fraction"] * total_steps))

@@ -11,10 +11,9 @@ def tiny_config(**train_overrides) -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict(dict(
       variant="bert/tiny", vocab_size=64, hidden_size=32, num_heads=4, mlp_dim=64,
       max_len=16, dropout_rate=0.0, attention_dropout_rate=0.0))
-  c.data = ml_collections.ConfigDict(dict(mode="nsp"))
-  c.train = train_config(batch_size=16, num_steps=10, learning_rate=1e-3, warmup_steps=2,
-                         phases=[dict(fraction=1.0, max_seq_length=16,
-                                      max_predictions_per_seq=4)])
+  c.data = ml_collections.ConfigDict(dict(mode="nsp", max_seq_length=16,
+                                          max_predictions_per_seq=4))
+  c.train = train_config(batch_size=16, num_steps=10, learning_rate=1e-3, warmup_steps=2)
   c.train.update(train_overrides)
   return c
 

@@ -1,0 +1,169 @@
+"""End-to-end training-system tests: resume, SIGTERM, checkpoints across meshes, errors."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import jax
+import ml_collections
+import numpy as np
+import pytest
+
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import parallel
+from bert_jax.tasks.pretraining import PretrainingTask
+from bert_jax.train import loop, optim
+from tests.train.conftest import random_batch, tiny_config
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+CORPUS = os.path.join(ROOT, "tests", "testdata", "data", "tiny_corpus.txt")
+
+
+def e2e_config(data_dir: str, num_steps: int = 6) -> ml_collections.ConfigDict:
+  from bert_jax.data.config import get_data_config
+  c = tiny_config(num_steps=num_steps, batch_size=8, log_every=1, eval_every=0,
+                  checkpoint_every=2, keep_checkpoints=5, async_checkpoints=False)
+  c.model.vocab_size = 256
+  c.data = get_data_config()
+  c.data.update(dict(corpus="text", text_files=CORPUS, data_dir=data_dir, vocab_size=256,
+                     max_seq_length=16, max_predictions_per_seq=4, dupe_factor=10,
+                     validation_fraction=0.1, prepare_processes=1))
+  c.mesh_shape = (2, 2, 2)
+  return c
+
+
+def _losses(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(l) for l in f]
+  return {r["step"]: r["loss"] for r in rows if "loss" in r}
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_dir, tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("uninterrupted"))
+  result = loop.train_and_evaluate(e2e_config(data_dir), workdir)
+  return workdir, result
+
+
+def test_runs_logs_and_checkpoints(uninterrupted):
+  workdir, result = uninterrupted
+  assert result["step"] == 6 and not result["preempted"]
+  losses = _losses(workdir)
+  assert sorted(losses) == [1, 2, 3, 4, 5, 6] and all(np.isfinite(list(losses.values())))
+  assert sorted(ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps()) == [
+      2, 4, 6]
+  assert any(f.startswith("events.out.tfevents") for f in os.listdir(workdir))
+
+
+def _run_main(args, **kw):
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  return subprocess.Popen([sys.executable, "-m", "bert_jax.main"] + args, cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def _flags(config, workdir):
+  flags = ["--config=configs/bert_tiny.py", f"--workdir={workdir}"]
+  d, t, m = config.data, config.train, config.model
+  for k in ("corpus", "text_files", "data_dir", "vocab_size", "max_seq_length",
+            "max_predictions_per_seq", "dupe_factor", "validation_fraction"):
+    flags.append(f"--config.data.{k}={d[k]}")
+  for k in ("num_steps", "batch_size", "log_every", "eval_every", "checkpoint_every",
+            "learning_rate", "warmup_steps", "async_checkpoints"):
+    flags.append(f"--config.train.{k}={t[k]}")
+  for k in ("vocab_size", "hidden_size", "num_heads", "mlp_dim", "max_len", "dropout_rate",
+            "attention_dropout_rate"):
+    flags.append(f"--config.model.{k}={m[k]}")
+  flags.append("--config.mesh_shape=(2,2,2)")
+  return flags
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir, tmp_path):
+  ref_dir, _ = uninterrupted
+  workdir = str(tmp_path / "interrupted")
+  flags = _flags(e2e_config(data_dir), workdir)
+  proc = _run_main(flags)
+  seen = []
+  for line in proc.stdout:
+    seen.append(line)
+    if line.startswith("step 3/6"):
+      proc.send_signal(signal.SIGTERM)
+      break
+  out = "".join(seen) + proc.communicate(timeout=300)[0]
+  assert proc.returncode == 0, out
+  assert "SIGTERM: saved step" in out
+  stopped_at = max(ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps())
+  assert 3 <= stopped_at < 6
+  resumed = _run_main(flags)
+  out = resumed.communicate(timeout=300)[0]
+  assert resumed.returncode == 0, out
+  assert f"resumed from" in out and f"at step {stopped_at}" in out
+  ref, got = _losses(ref_dir), _losses(workdir)
+  for step in range(1, 7):
+    assert got[step] == pytest.approx(ref[step], abs=1e-6), (step, got, ref)
+
+
+def test_unknown_config_key_fails_clearly(tmp_path):
+  proc = _run_main(["--config=configs/bert_tiny.py", f"--workdir={tmp_path}",
+                    "--config.train.nmu_steps=3"])
+  out = proc.communicate(timeout=120)[0]
+  assert proc.returncode != 0
+  assert "nmu_steps" in out and "num_steps" in out
+
+
+def _state_on(mesh_shape, seed=0):
+  cfg = tiny_config()
+  mesh = parallel.create_mesh(mesh_shape)
+  task = PretrainingTask(cfg)
+  tx, _ = optim.make_optimizer(cfg.train, 10)
+  with mesh:
+    state, sh, abstract = loop.create_sharded_state(task, tx, mesh, random_batch(0), seed)
+  return state, abstract, mesh
+
+
+def test_checkpoint_restores_onto_another_mesh_and_falls_back(tmp_path):
+  state, _, _ = _state_on((8, 1, 1), seed=1)
+  ck = ckpt_lib.Checkpointer(str(tmp_path / "ck"), async_save=False)
+  ck.save(1, state, {"task": "t"})
+  later = state.replace(step=state.step + 1)
+  ck.save(2, later, {"task": "t"})
+  ck.wait()
+  _, abstract, mesh = _state_on((1, 2, 4), seed=2)
+  restored, meta, step = ck.restore(abstract)
+  assert step == 2 and meta["task"] == "t"
+  kernel = restored.params["bert"]["encoder"]["layers_0"]["mlp"]["wi"]["kernel"]
+  assert kernel.sharding.mesh.shape == mesh.shape  # landed on the new mesh's shardings
+  jax.tree_util.tree_map(np.testing.assert_array_equal, jax.device_get(restored.params),
+                         jax.device_get(state.params))
+  # Corrupt the newest step: restore warns and falls back to step 1.
+  state_dir = tmp_path / "ck" / "2" / "state"
+  for root, _, files in os.walk(state_dir):
+    for f in files:
+      with open(os.path.join(root, f), "wb") as fh:
+        fh.write(b"garbage")
+  restored, _, step = ckpt_lib.Checkpointer(str(tmp_path / "ck")).restore(abstract)
+  assert step == 1
+
+
+def test_checkpoint_of_another_model_shape_is_a_clear_error(tmp_path):
+  state, _, _ = _state_on((8, 1, 1))
+  ck = ckpt_lib.Checkpointer(str(tmp_path / "ck"), async_save=False)
+  ck.save(1, state, {})
+  ck.wait()
+  cfg = tiny_config()
+  cfg.model.hidden_size = 48
+  task = PretrainingTask(cfg)
+  tx, _ = optim.make_optimizer(cfg.train, 10)
+  mesh = parallel.create_mesh((8, 1, 1))
+  with mesh:
+    _, _, abstract = loop.create_sharded_state(task, tx, mesh, random_batch(0), 0)
+  with pytest.raises(ckpt_lib.CheckpointMismatchError, match="shape mismatch.*kernel"):
+    ck.restore(abstract)
