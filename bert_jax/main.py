@@ -24,9 +24,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 def _maybe_initialize_distributed():
   import os  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
+  # Cross-process collectives between CPU devices (multi-process CPU runs, tests); it
+  # does not affect GPU/TPU collectives. Must precede any backend initialization.
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
   if FLAGS.coordinator_address:
-    if jax.default_backend() == "cpu" or os.environ.get("JAX_PLATFORMS", "") == "cpu":
-      jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   elif any(v in os.environ for v in ("SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES",
                                      "JAX_COORDINATOR_ADDRESS")) and \

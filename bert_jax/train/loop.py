@@ -163,6 +163,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     state = state.replace(params=jax.device_put(params, state_sh.params))
     log(f"initialized params from {config.init_from}")
   phase = _phase_of(plan, start_step)
+  if tc.eval_every:  # fail now, not after hours of training, if there is nothing to eval on
+    task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)
 
   # --------------------------------------------------- (4) compile steps
   p_train = jax.jit(

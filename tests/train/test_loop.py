@@ -167,3 +167,30 @@ def test_checkpoint_of_another_model_shape_is_a_clear_error(tmp_path):
     _, _, abstract = loop.create_sharded_state(task, tx, mesh, random_batch(0), 0)
   with pytest.raises(ckpt_lib.CheckpointMismatchError, match="shape mismatch.*kernel"):
     ck.restore(abstract)
+
+
+@pytest.mark.multiprocess
+def test_two_processes_train_and_checkpoint(data_dir, tmp_path):
+  """Two JAX processes on 127.0.0.1 (2 CPU devices each) train one global batch stream."""
+  import portpicker
+  port = portpicker.pick_unused_port()
+  flags = _flags(e2e_config(data_dir, num_steps=4), str(tmp_path / "run"))
+  flags = [f for f in flags if not f.startswith("--config.mesh_shape")]
+  flags += ["--config.mesh_shape=(-1,1,1)", "--config.train.eval_every=0",
+            f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2"]
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  procs = [subprocess.Popen([sys.executable, "-m", "bert_jax.main"] + flags +
+                            [f"--process_id={i}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  outs = [p.communicate(timeout=400)[0] for p in procs]
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out
+  assert "4 devices, 2 processes" in outs[0] and "step 4/4" in outs[0]
+  assert "step 4/4" not in outs[1]  # only process 0 reports
+  steps = ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints")).all_steps()
+  assert steps == [2, 4]
+  # Each process saved its own data-iterator state.
+  data = [f for f in os.listdir(tmp_path / "run" / "checkpoints" / "4" / "data")
+          if f.endswith(".json")]
+  assert sorted(data) == ["process_0-of-2.json", "process_1-of-2.json"]
