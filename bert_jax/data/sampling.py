@@ -7,11 +7,13 @@ It serves three places:
   * MLM: the random replacement token (weights = corpus unigram counts),
   * word2vec: negatives (weights = unigram counts ** 0.75, Mikolov et al. 2013).
 
+Also the loader's stateless randomness: counter-based uniforms (splitmix64 of a key and
+a counter) and a keyed permutation of [0, n), both vectorized, both pure functions of
+their inputs (no generator state to carry between workers or across a resume).
+
 Host-side, numpy only: no JAX in the data path.
 """
 from __future__ import annotations
-
-from typing import Optional
 
 import numpy as np
 
@@ -27,11 +29,13 @@ class CumulativeSampler:
     """
     w = np.asarray(weights, dtype=np.float64).copy()
     if w.ndim != 1 or w.size == 0:
-      raise ValueError(f"CumulativeSampler needs a non-empty 1-D weight vector, got shape {w.shape}.")
+      raise ValueError(
+          f"CumulativeSampler needs a non-empty 1-D weight vector, got shape {w.shape}.")
     if np.any(w < 0) or not np.all(np.isfinite(w)):
       raise ValueError("CumulativeSampler weights must be finite and non-negative.")
     zero = w == 0
-    w = np.power(w, power)
+    with np.errstate(divide="ignore"):  # 0 ** negative power: overwritten just below
+      w = np.power(w, power)
     w[zero] = 0.0  # 0 ** power must stay 0, also for power <= 0.
     if exclude_ids is not None:
       w[np.asarray(exclude_ids, dtype=np.int64)] = 0.0
@@ -40,7 +44,10 @@ class CumulativeSampler:
       raise ValueError("CumulativeSampler weights sum to zero: nothing can be drawn.")
     self.probs = w / total  # [V]
     self._cdf = np.cumsum(self.probs)  # [V], non-decreasing
-    self._cdf[-1] = 1.0  # float round-off must not leave the last bin short
+    # Float round-off can leave the cdf a hair below 1 at the last drawable id; a
+    # uniform draw landing in that gap would then return a zero-weight id after it
+    # (an excluded special token). Pin everything from the last drawable id on to 1.
+    self._cdf[np.flatnonzero(w)[-1]:] = 1.0
 
   @property
   def size(self) -> int:
@@ -62,7 +69,7 @@ class CumulativeSampler:
     Returns:
       int64 ids of `shape`.
     """
-    ids = self._draw(rng, shape)
+    ids = np.asarray(self._draw(rng, shape))  # 0-d array for shape=(), so it is assignable
     if exclude is None:
       return ids
     exclude = np.broadcast_to(np.asarray(exclude), ids.shape)
@@ -79,13 +86,122 @@ class CumulativeSampler:
           f"{max_redraws} redraws; that id holds almost all the probability mass.")
     return ids
 
-  def _draw(self, rng: np.random.Generator, shape) -> np.ndarray:
-    u = rng.random(shape)
+  def from_uniform(self, u: np.ndarray) -> np.ndarray:
+    """Maps uniforms in [0, 1) to ids (inverse cdf), for callers with their own random bits.
+
+    The MLM masker draws its uniforms from a counter-based hash of (seed, epoch, example),
+    so a sequence gets the same replacement tokens whichever worker masks it.
+    """
     # side="right": an id of zero probability (a flat cdf step) is never returned.
     ids = np.searchsorted(self._cdf, u, side="right")
     return np.minimum(ids, self.size - 1).astype(np.int64)
+
+  def _draw(self, rng: np.random.Generator, shape) -> np.ndarray:
+    return self.from_uniform(rng.random(shape))
 
 
 def unigram_counts(token_ids: np.ndarray, vocab_size: int) -> np.ndarray:
   """Counts of each id in a flat array of token ids: [vocab_size] int64."""
   return np.bincount(np.asarray(token_ids).ravel(), minlength=vocab_size).astype(np.int64)
+
+
+# ------------------------------------------------- counter-based random bits and shuffles
+# Stateless randomness for the loader: a value is a pure function of (seed, epoch, example,
+# position), so any worker computes the same bits for the same example, in any order,
+# after any resume, and whole batches are computed in a few vectorized numpy passes.
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+  """splitmix64's finalizer: a bijective avalanche hash of uint64 arrays (wraps mod 2^64)."""
+  x = x ^ (x >> np.uint64(30))
+  x *= np.uint64(0xBF58476D1CE4E5B9)
+  x ^= x >> np.uint64(27)
+  x *= np.uint64(0x94D049BB133111EB)
+  x ^= x >> np.uint64(31)
+  return x
+
+
+def example_keys(seed: int, epoch, index) -> np.ndarray:
+  """[B] uint64 stream keys, one per (seed, epoch, example index)."""
+  index = np.atleast_1d(np.asarray(index)).astype(np.uint64)
+  epoch = np.broadcast_to(np.asarray(epoch), index.shape).astype(np.uint64)
+  k = _mix64(np.full(index.shape, seed % 2**64, np.uint64) + np.uint64(_GOLDEN))
+  k = _mix64(k ^ _mix64(epoch + np.uint64(_GOLDEN)))
+  return _mix64(k ^ _mix64(index + np.uint64(2 * _GOLDEN % 2**64)))
+
+
+def uniforms(keys: np.ndarray, stream: int, n: int) -> np.ndarray:
+  """[B, n] float64 uniforms in [0, 1): splitmix64 stream `keys[b]`, counters of `stream`."""
+  ctr = (np.uint64(stream) << np.uint64(32)) + np.arange(1, n + 1, dtype=np.uint64)  # [n]
+  x = _mix64(keys[:, None] + ctr * np.uint64(_GOLDEN))  # [B, n]
+  return (x >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+def permute(i: np.ndarray, n: int, key) -> np.ndarray:
+  """A keyed pseudo-random permutation of [0, n), applied to the indices `i`, vectorized.
+
+  A 4-round unbalanced Feistel network (multiply-shift round function) on the 2^b values
+  covering n, cycle-walking values that land at or past n back in (fewer than 2 trips
+  expected, as 2^b < 2n). Memory O(len(i)) whatever n is, so an epoch's shuffled order
+  is never materialized.
+
+  Args:
+    i: int indices in [0, n).
+    n: domain size.
+    key: uint64 key, scalar or one per index (e.g. the epoch's key of each position).
+  """
+  i = np.asarray(i)
+  if n <= 1:
+    return np.zeros(i.shape, np.int64)
+  keys = np.broadcast_to(np.asarray(key, np.uint64), i.shape)
+  out = np.empty(i.shape, np.int64)
+  for k in np.unique(keys):  # a batch spans one epoch, rarely two: scalar keys are cheap
+    at = keys == k
+    out[at] = _feistel(i[at].astype(np.uint64), n, k)
+  return out
+
+
+_M64 = (1 << 64) - 1
+
+
+def _mix64_int(x: int) -> int:
+  """_mix64 on one Python int (the same bits, without numpy's per-call overhead)."""
+  x ^= x >> 30
+  x = (x * 0xBF58476D1CE4E5B9) & _M64
+  x ^= x >> 27
+  x = (x * 0x94D049BB133111EB) & _M64
+  return x ^ (x >> 31)
+
+
+def _feistel(x: np.ndarray, n: int, key: np.uint64) -> np.ndarray:
+  bits = max(2, int(n - 1).bit_length())
+  # Round r splits the value into a high part of widths[r] bits and a low part of the
+  # rest, and returns (low, high ^ F(low)): the widths swap every round, each round is a
+  # bijection. F is multiply-shift hashing, the top bits of (low ^ key) * odd.
+  widths = [bits - bits // 2, bits // 2] * 2
+  round_keys = [_mix64_int((int(key) + (r + 1) * _GOLDEN) & _M64) for r in range(4)]
+  todo = np.arange(len(x))
+  # Vectorized trips while many values are out of range; the few left after that
+  # (the cycle-walk's geometric tail) are cheaper one by one in Python ints.
+  while len(todo) > 16:
+    y = x[todo]
+    for rk, wh in zip(round_keys, widths):
+      wl = bits - wh
+      low = y & np.uint64((1 << wl) - 1)
+      f = ((low ^ np.uint64(rk)) * np.uint64(_GOLDEN)) >> np.uint64(64 - wh)
+      y = (low << np.uint64(wh)) | ((y >> np.uint64(wl)) ^ f)
+    x[todo] = y
+    todo = todo[y >= np.uint64(n)]
+  for t in todo.tolist():
+    y = int(x[t])
+    while True:
+      for rk, wh in zip(round_keys, widths):
+        wl = bits - wh
+        low = y & ((1 << wl) - 1)
+        f = (((low ^ rk) * _GOLDEN) & _M64) >> (64 - wh)
+        y = (low << wh) | ((y >> wl) ^ f)
+      if y < n:
+        break
+    x[t] = y
+  return x.astype(np.int64)

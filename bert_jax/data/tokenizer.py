@@ -1,0 +1,182 @@
+"""WordPiece tokenizers through the `tokenizers` library: train, save, load.
+
+Every tokenizer built here is the BERT pipeline: BertNormalizer (clean text, split
+CJK characters, lowercase + strip accents when uncased) -> BertPreTokenizer
+(whitespace and punctuation) -> WordPiece (`##` continuation prefix, words over 100
+characters become [UNK]) -> WordPiece decoder, with the five special tokens registered
+as added tokens so "[MASK]" in text stays one token, as in transformers' BertTokenizer.
+
+Loaded tokenizers never pad or truncate (a tokenizer.json saved for a sentence
+encoder often carries `Fixed(128)` padding): callers own sequence layout.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Iterable, Optional
+
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers import trainers
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+# Training order puts [PAD] at id 0: padded batches are zeros, as in google-research/bert.
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialIds:
+  """Ids of the special tokens of one vocabulary."""
+  pad: int
+  unk: int
+  cls: int
+  sep: int
+  mask: int
+
+  @property
+  def all(self) -> tuple[int, ...]:
+    return (self.pad, self.unk, self.cls, self.sep, self.mask)
+
+  @classmethod
+  def from_tokenizer(cls, tokenizer: Tokenizer, source: str = "the vocabulary") -> "SpecialIds":
+    ids = {tok: tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
+    _check_special(ids, source)
+    return cls(*(ids[tok] for tok in SPECIAL_TOKENS))
+
+
+def _check_special(ids: dict, source: str) -> None:
+  missing = [tok for tok in SPECIAL_TOKENS if ids.get(tok) is None]
+  if missing:
+    raise ValueError(
+        f"{source} lacks the special token(s) {', '.join(missing)}; a BERT vocabulary needs "
+        f"all of {', '.join(SPECIAL_TOKENS)}.")
+
+
+def _bert_pipeline(model: models.WordPiece, lowercase: bool) -> Tokenizer:
+  tok = Tokenizer(model)
+  # strip_accents=None follows `lowercase`, exactly BertTokenizer's default.
+  tok.normalizer = normalizers.BertNormalizer(
+      clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase)
+  tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+  tok.decoder = decoders.WordPiece(prefix="##")
+  return tok
+
+
+def _finish(tok: Tokenizer, source: str) -> Tokenizer:
+  """Registers specials as added tokens, adds [CLS] A [SEP] B [SEP] post-processing."""
+  ids = SpecialIds.from_tokenizer(tok, source)
+  tok.add_special_tokens(list(SPECIAL_TOKENS))
+  tok.post_processor = processors.BertProcessing((SEP, ids.sep), (CLS, ids.cls))
+  tok.no_padding()
+  tok.no_truncation()
+  return tok
+
+
+def train_wordpiece(texts: Iterable[str], vocab_size: int = 30522, lowercase: bool = True,
+                    min_frequency: int = 2, limit_alphabet: int = 1000) -> Tokenizer:
+  """Trains a WordPiece vocabulary; [PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4.
+
+  Args:
+    texts: an iterable of strings (sentences or documents), streamed once.
+    vocab_size: final size including the specials and the alphabet. Small corpora may
+      end below it (WordPiece stops when no pair is frequent enough).
+    lowercase: uncased model (lowercase + strip accents).
+    min_frequency: minimum count of a merged pair.
+    limit_alphabet: maximum number of distinct characters kept (the rest become [UNK]).
+
+  Training is not deterministic in tokenizers 0.23 (hash-map order breaks count ties,
+  huggingface/tokenizers#1794): `prepare` trains once and reuses the saved vocab.txt.
+  """
+  tok = _bert_pipeline(models.WordPiece(unk_token=UNK, max_input_chars_per_word=100), lowercase)
+  trainer = trainers.WordPieceTrainer(
+      vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
+      special_tokens=list(SPECIAL_TOKENS), limit_alphabet=limit_alphabet,
+      continuing_subword_prefix="##")
+  tok.train_from_iterator(texts, trainer)
+  return _finish(tok, "the trained vocabulary")
+
+
+def save_vocab(tokenizer: Tokenizer, path: str) -> None:
+  """Writes vocab.txt: one token a line, line number = id (google-research/bert layout)."""
+  vocab = tokenizer.get_vocab(with_added_tokens=True)  # token -> id
+  by_id = sorted(vocab.items(), key=lambda kv: kv[1])
+  if [i for _, i in by_id] != list(range(len(by_id))):
+    raise ValueError("Token ids are not contiguous from 0; cannot write a vocab.txt.")
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.writelines(tok + "\n" for tok, _ in by_id)
+  os.replace(tmp, path)  # atomic: a crash never leaves a half-written vocab to reuse
+
+
+def read_vocab(path: str) -> dict[str, int]:
+  with open(path, encoding="utf-8") as f:
+    # Only the newline is stripped: a vocab may hold whitespace-like tokens.
+    return {line.rstrip("\n"): i for i, line in enumerate(f)}
+
+
+def _guess_lowercase(vocab: dict[str, int]) -> bool:
+  """Uncased vocabs hold no ASCII capital outside bracketed specials like [UNK].
+
+  Only ASCII counts: Google's uncased vocab still holds a few non-ASCII capitals
+  (e.g. the double-struck R), while a cased one holds thousands of "The"-like tokens.
+  """
+  return not any(any("A" <= c <= "Z" for c in tok) for tok in vocab
+                 if not (tok.startswith("[") and tok.endswith("]")))
+
+
+def load_tokenizer(path_or_dir: str, lowercase: Optional[bool] = None) -> Tokenizer:
+  """Loads a BERT WordPiece tokenizer; ids match transformers' BertTokenizer.
+
+  Args:
+    path_or_dir: a vocab.txt, a tokenizer.json, or a directory holding either (an HF
+      checkpoint directory: tokenizer.json is preferred, else vocab.txt with
+      tokenizer_config.json's `do_lower_case`).
+    lowercase: force uncased/cased normalization. None: tokenizer.json's own
+      normalizer, else tokenizer_config.json's `do_lower_case`, else guessed from the
+      vocab (no upper-case tokens -> uncased).
+
+  Raises:
+    FileNotFoundError: nothing loadable at the path.
+    ValueError: the vocabulary lacks a special token ([PAD] [UNK] [CLS] [SEP] [MASK]).
+  """
+  path = os.path.expanduser(path_or_dir)
+  config_path = None
+  if os.path.isdir(path):
+    config_path = os.path.join(path, "tokenizer_config.json")
+    for name in ("tokenizer.json", "vocab.txt"):
+      if os.path.exists(os.path.join(path, name)):
+        path = os.path.join(path, name)
+        break
+    else:
+      raise FileNotFoundError(f"No tokenizer.json or vocab.txt in {path_or_dir}.")
+  elif not os.path.exists(path):
+    raise FileNotFoundError(f"Tokenizer file {path_or_dir} does not exist.")
+
+  if path.endswith(".json"):
+    tok = Tokenizer.from_file(path)
+    if not isinstance(tok.model, models.WordPiece):
+      raise ValueError(f"{path} is a {type(tok.model).__name__} tokenizer, not WordPiece.")
+    if lowercase is not None:
+      tok.normalizer = normalizers.BertNormalizer(
+          clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase)
+    return _finish(tok, path)
+
+  vocab = read_vocab(path)
+  _check_special(vocab, path)  # before building: a clear error, not a tokenizers panic
+  if lowercase is None and config_path and os.path.exists(config_path):
+    with open(config_path, encoding="utf-8") as f:
+      lowercase = json.load(f).get("do_lower_case")
+  if lowercase is None:
+    lowercase = _guess_lowercase(vocab)
+  model = models.WordPiece(vocab, unk_token=UNK, max_input_chars_per_word=100)
+  return _finish(_bert_pipeline(model, lowercase), path)
+
+
+def continuation_mask(tokenizer: Tokenizer) -> np.ndarray:
+  """[vocab] bool: True for `##` pieces, which whole-word masking keeps with their word."""
+  out = np.zeros(tokenizer.get_vocab_size(with_added_tokens=True), dtype=bool)
+  for token, i in tokenizer.get_vocab(with_added_tokens=True).items():
+    out[i] = token.startswith("##")
+  return out

@@ -1,0 +1,310 @@
+"""prepare + iterators on the fixture corpus: values, determinism, state, sharding, errors."""
+import itertools
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from bert_jax.data import loader
+
+
+def take(it, n):
+  return [next(it) for _ in range(n)]
+
+
+def assert_same_batches(xs, ys):
+  assert len(xs) == len(ys)
+  for x, y in zip(xs, ys):
+    assert x.keys() == y.keys()
+    for k in x:
+      np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+def test_prepare_is_idempotent_and_config_hashed(tiny, make_config, data_root, google_vocab,
+                                                 capsys):
+  cfg, prepared = tiny
+  again = loader.prepare(cfg)  # reuses: prints the summary, builds nothing
+  assert again.instances_dir == prepared.instances_dir
+  out = capsys.readouterr().out
+  assert "8 documents" in out and "Downloading" not in out
+  assert prepared.num_examples["train"] > 100 and prepared.num_examples["validation"] > 10
+  assert prepared.special == loader.tokenizer_lib.SpecialIds(0, 100, 101, 102, 103)
+  counts = prepared.unigram_counts
+  assert counts.shape == (30522,) and counts[list(prepared.special.all)].sum() == 0
+  assert counts.sum() == prepared.stats["instances"]["train"]["tokens"]
+  assert counts[prepared.tokenizer().token_to_id("the")] >= 20
+  other = loader.prepare(make_config(data_root, max_seq_length=48,  # an HF tokenizer dir
+                                     vocab_path=os.path.dirname(google_vocab)),
+                         verbose=False)
+  assert other.instances_dir != prepared.instances_dir
+  assert other.documents_dir == prepared.documents_dir  # documents reused
+  # No vocab_path: one is trained, saved under data_dir, and reused by the next prepare.
+  trained = loader.prepare(make_config(data_root), verbose=False)
+  assert trained.vocab_path.startswith(str(data_root)) and trained.special.all == (0, 1, 2, 3, 4)
+  reused = loader.prepare(make_config(data_root), verbose=False)
+  assert (reused.vocab_path, reused.instances_dir) == (trained.vocab_path, trained.instances_dir)
+
+
+def test_train_batch_values(tiny):
+  cfg, prepared = tiny
+  batch = next(loader.make_train_iterator(cfg, prepared, 8, shard_index=0, shard_count=1))
+  assert tuple(batch) == loader.BATCH_KEYS
+  shapes = {k: v.shape for k, v in batch.items()}
+  assert shapes["input_ids"] == shapes["input_mask"] == shapes["segment_ids"] == (8, 64)
+  assert shapes["masked_lm_positions"] == shapes["masked_lm_weights"] == (8, 10)
+  assert shapes["next_sentence_labels"] == shapes["next_sentence_weights"] == (8,)
+  for key in ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+              "masked_lm_ids", "next_sentence_labels"):
+    assert batch[key].dtype == np.int32, key
+  ids, mask, seg = batch["input_ids"], batch["input_mask"], batch["segment_ids"]
+  lengths = mask.sum(1)
+  assert (mask == (np.arange(64) < lengths[:, None])).all()
+  assert (ids[mask == 0] == 0).all() and (seg[mask == 0] == 0).all()
+  assert (ids[:, 0] == 101).all()  # [CLS]
+  # Segment 1 starts right after the first [SEP] and runs to the last real token.
+  for row, n in zip(range(8), lengths):
+    sep = int(np.flatnonzero(ids[row] == 102)[0])
+    np.testing.assert_array_equal(seg[row, :n], np.arange(n) > sep)
+  w = batch["masked_lm_weights"] > 0
+  pos = batch["masked_lm_positions"]
+  assert (pos[w] < np.repeat(lengths, w.sum(1))).all() and (pos[w] > 0).all()
+  expected = np.minimum(10, np.maximum(1, np.rint((lengths - 3) * 0.15)))  # 3 specials a row
+  np.testing.assert_array_equal(w.sum(1), expected)
+  assert set(np.unique(batch["next_sentence_labels"])) <= {0, 1}
+  assert (batch["next_sentence_weights"] == 1).all()
+
+
+def occurrences(stream, span):
+  """Start positions of `span` in `stream` (1-D int arrays)."""
+  if len(span) > len(stream):
+    return np.zeros(0, int)
+  windows = np.lib.stride_tricks.sliding_window_view(stream, len(span))
+  return np.flatnonzero((windows == span).all(axis=1))
+
+
+def test_stored_nsp_pairs_continue_the_source_text(tiny):
+  cfg, prepared = tiny
+  tok = prepared.tokenizer()
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  streams = []  # each document's token ids
+  for split in ("train", "validation"):
+    for d in tfds.builder_from_directory(prepared.documents_dir).as_data_source(split=split):
+      streams.append(np.array([i for s in d["text"].decode().split("\n")
+                               for i in tok.encode(s, add_special_tokens=False).ids]))
+  source = loader.InstanceSource(prepared.instances_dir, "train")
+  seen = {0: 0, 1: 0}
+  for i in range(len(source)):
+    ids, seg, random_next = source[i]
+    start_b = int(np.argmax(seg))
+    a, b = ids[1:start_b - 1], ids[start_b:-1]
+    a_at = [occurrences(s, a) for s in streams]
+    b_at = [occurrences(s, b) for s in streams]
+    assert any(len(x) for x in a_at) and any(len(x) for x in b_at)  # verbatim corpus spans
+    seen[random_next] += 1
+    # B follows A in one document, with at most the truncated tokens between them.
+    follows = any(((0 <= gap) & (gap <= 61)).any()
+                  for x, y in zip(a_at, b_at) for gap in [y[None, :] - (x[:, None] + len(a))])
+    if not random_next:
+      assert follows, (tok.decode(a.tolist()), tok.decode(b.tolist()))
+  assert seen[0] > 30 and seen[1] > 30
+
+
+def test_same_seed_same_batches_other_seed_other_batches(tiny):
+  cfg, prepared = tiny
+  make = lambda seed: loader.make_train_iterator(cfg, prepared, 8, seed=seed, shard_index=0,
+                                                 shard_count=1)
+  assert_same_batches(take(make(1), 5), take(make(1), 5))
+  a, b = next(make(1)), next(make(2))
+  assert not np.array_equal(a["input_ids"], b["input_ids"])
+
+
+def test_iterator_state_restores_the_exact_stream(tiny):
+  cfg, prepared = tiny
+  make = lambda: loader.make_train_iterator(cfg, prepared, 8, shard_index=0, shard_count=1)
+  it = make()
+  take(it, 30)  # past the first epoch (180 / 8 = 22.5 batches)
+  state = it.get_state()
+  expected = take(it, 5)
+  resumed = make()
+  resumed.set_state(json.loads(json.dumps(state)))  # as the checkpoint stores it
+  assert_same_batches(take(resumed, 5), expected)
+
+
+def test_fresh_order_and_masks_every_epoch(tiny):
+  cfg, prepared = tiny
+  n = prepared.num_examples["train"]
+  keys = loader._TrainKeys(n, batch_size=n, shard_index=0, shard_count=1, seed=0)
+  epoch0, epoch1 = keys(0), keys(1)
+  assert (epoch0[:, 0] == 0).all() and (epoch1[:, 0] == 1).all()
+  np.testing.assert_array_equal(np.sort(epoch0[:, 1]), np.arange(n))
+  assert (epoch0[:, 1] != epoch1[:, 1]).mean() > 0.9
+
+
+def test_process_shards_are_disjoint_and_cover_each_epoch(tiny):
+  cfg, prepared = tiny
+  n = prepared.num_examples["train"]
+  # One batch of n per process spans epochs 0 and 1 of the global stream.
+  rows = [loader._TrainKeys(n, n, p, 2, seed=3)(0) for p in range(2)]
+  epoch0 = [r[r[:, 0] == 0, 1] for r in rows]
+  assert abs(len(epoch0[0]) - len(epoch0[1])) <= 1
+  assert not set(epoch0[0]) & set(epoch0[1])
+  np.testing.assert_array_equal(np.sort(np.concatenate(epoch0)), np.arange(n))
+  # End to end: the two processes' batch j, interleaved, is the one-process batch j.
+  make = lambda p, s, b: loader.make_train_iterator(cfg, prepared, b, shard_index=p,
+                                                    shard_count=s)
+  single, p0, p1 = make(0, 1, 16), make(0, 2, 8), make(1, 2, 8)
+  for _ in range(3):
+    whole, a, b = next(single), next(p0), next(p1)
+    for k in whole:
+      np.testing.assert_array_equal(whole[k][0::2], a[k], err_msg=k)
+      np.testing.assert_array_equal(whole[k][1::2], b[k], err_msg=k)
+
+
+def test_eval_iterator_is_finite_padded_and_complete(tiny):
+  cfg, prepared = tiny
+  n = prepared.num_examples["validation"]
+  per_process = []
+  for p in range(2):
+    batches = list(loader.make_eval_iterator(cfg, prepared, 8, shard_index=p, shard_count=2))
+    assert len(batches) == loader.num_eval_batches(prepared, 8, 2) == -(-(-(-n // 2)) // 8)
+    per_process.append(batches)
+  weights = np.concatenate([b["next_sentence_weights"] for bs in per_process for b in bs])
+  assert weights.sum() == n  # every validation instance once, the rest padding
+  for b in itertools.chain(*per_process):
+    pad = b["next_sentence_weights"] == 0
+    assert (b["masked_lm_weights"][pad] == 0).all() and (b["input_mask"][pad] == 0).all()
+  again = list(loader.make_eval_iterator(cfg, prepared, 8, shard_index=0, shard_count=2))
+  assert_same_batches(again, per_process[0])
+
+
+def test_packed_mlm_mode(data_root, make_config):
+  cfg = make_config(data_root, mode="mlm_packed", whole_word_mask=True, random_token="uniform")
+  prepared = loader.prepare(cfg, verbose=False)
+  batch = next(loader.make_train_iterator(cfg, prepared, 8, shard_index=0, shard_count=1))
+  ids, seg, mask = batch["input_ids"], batch["segment_ids"], batch["input_mask"]
+  assert (batch["next_sentence_weights"] == 0).all()
+  assert (seg[mask == 0] == 0).all() and (seg[mask == 1] >= 1).all()
+  assert seg.max() >= 2  # FULL-SENTENCES rows hold several documents
+  assert (mask.sum(1) > 50).mean() > 0.5  # rows are packed
+
+
+def test_to_global_arrays_shards_the_batch_dimension(tiny):
+  import jax  # pylint: disable=g-import-not-at-top
+  from jax.sharding import Mesh, PartitionSpec  # pylint: disable=g-import-not-at-top
+  cfg, prepared = tiny
+  batch = next(loader.make_train_iterator(cfg, prepared, 16, shard_index=0, shard_count=1))
+  mesh = Mesh(np.array(jax.devices()).reshape(4, 2, 1), ("data", "fsdp", "tensor"))
+  arrays = loader.to_global_arrays(batch, mesh)
+  for k, v in arrays.items():
+    assert v.sharding.spec == PartitionSpec(("data", "fsdp"))
+    np.testing.assert_array_equal(np.asarray(v), batch[k])
+    assert v.addressable_shards[0].data.shape[0] == 2  # 16 rows over 8 devices
+
+
+def test_orbax_checkpoint_of_the_iterator(tiny, tmp_path):
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  cfg, prepared = tiny
+  make = lambda: loader.make_train_iterator(cfg, prepared, 8, shard_index=0, shard_count=1)
+  it = make()
+  take(it, 7)
+  with ocp.CheckpointManager(tmp_path / "ckpt") as mngr:
+    mngr.save(7, args=ocp.args.Composite(
+        state=ocp.args.StandardSave({"step": np.array(7, np.int32)}),
+        data_iter=loader.checkpoint_save_args(it)))
+    mngr.wait_until_finished()
+    expected = take(it, 3)
+    resumed = make()
+    mngr.restore(7, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore({"step": np.array(0, np.int32)}),
+        data_iter=loader.checkpoint_restore_args(resumed)))
+  assert_same_batches(take(resumed, 3), expected)
+
+
+def test_bad_input_is_counted_in_the_summary(data_root, make_config, testdata, capsys):
+  files = ",".join(testdata(n) for n in ("bad_bytes.txt", "empty.txt", "tiny_corpus.txt"))
+  cfg = make_config(data_root / "bad", text_files=files, max_line_chars=70,
+                    validation_fraction=0.0)
+  prepared = loader.prepare(cfg)
+  out = capsys.readouterr().out
+  assert "2 non-UTF-8 lines (replaced)" in out and "1 empty files" in out
+  assert "1 one-sentence documents" in out
+  corpus = prepared.stats["corpus"]
+  assert corpus["truncated_lines"] == 3 and corpus["train_documents"] == 8
+  assert prepared.num_examples["validation"] == 0
+  with pytest.raises(ValueError, match="No validation instances"):
+    loader.make_eval_iterator(cfg, prepared, 4, shard_index=0, shard_count=1)
+
+
+def test_a_validation_split_too_small_to_exist_is_dropped(data_root, make_config,
+                                                         google_vocab):
+  # A fraction > 0 that no document hashes under: tfds refuses the empty split, so the
+  # documents are rebuilt with "train" only, and the instances follow.
+  cfg = make_config(data_root / "no_val", validation_fraction=1e-12, vocab_path=google_vocab)
+  prepared = loader.prepare(cfg, verbose=False)
+  assert prepared.num_examples == {"train": prepared.num_examples["train"], "validation": 0}
+  assert prepared.stats["corpus"]["train_documents"] == 8
+  assert not list((data_root / "no_val").glob("*/validation-*.jsonl"))  # spill cleaned up
+
+
+def test_clear_errors(data_root, make_config, testdata):
+  with pytest.raises(FileNotFoundError, match="missing_corpus"):
+    loader.prepare(make_config(data_root, text_files="/nonexistent/missing_corpus*.txt"))
+  with pytest.raises(ValueError, match="no non-empty training document"):
+    loader.prepare(make_config(data_root / "empty", text_files=testdata("empty.txt")))
+  with pytest.raises(ValueError, match=r"lacks the special token\(s\) \[CLS\], \[SEP\], \[MASK\]"):
+    loader.prepare(make_config(data_root, vocab_path=testdata("vocab_no_specials.txt")))
+  with pytest.raises(ValueError, match="mode='bert'"):
+    loader.prepare(make_config(data_root, mode="bert"))
+  with pytest.raises(ValueError, match="corpus='tfds' needs config.tfds_name"):
+    loader.prepare(make_config(data_root, corpus="tfds"))
+
+
+def test_processes_do_not_change_the_prepared_data(tmp_path, make_config, google_vocab):
+  # Shards of 3 documents: the fixture's 8 make 3 train tasks for 2 spawned workers.
+  prepared = [loader.prepare(make_config(tmp_path / str(p), prepare_processes=p,
+                                         shard_documents=3, vocab_path=google_vocab),
+                             verbose=False) for p in (1, 2)]
+  a, b = (loader.InstanceSource(p.instances_dir, "train") for p in prepared)
+  assert len(a) == len(b) > 100
+  for i in range(len(a)):
+    np.testing.assert_array_equal(a[i][0], b[i][0])
+  np.testing.assert_array_equal(prepared[0].unigram_counts, prepared[1].unigram_counts)
+
+
+def test_prepare_and_load_never_import_tensorflow(tmp_path, make_config):
+  cfg = make_config(tmp_path)
+  script = textwrap.dedent(f"""
+      import sys
+      import ml_collections
+      from bert_jax.data import loader
+      cfg = ml_collections.ConfigDict({cfg.to_dict()!r})
+      prepared = loader.prepare(cfg, verbose=False)
+      batch = next(loader.make_train_iterator(cfg, prepared, 4, shard_index=0, shard_count=1))
+      assert batch["input_ids"].shape == (4, 64)
+      print("tensorflow" in sys.modules)
+  """)
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = dict(os.environ, PYTHONPATH=root)
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       env=env, cwd=root, timeout=300, check=True)
+  assert out.stdout.strip().splitlines()[-1] == "False", out.stderr[-2000:]
+
+
+def test_worker_processes_give_the_same_stream(tiny):
+  cfg, prepared = tiny
+  make = lambda workers: loader.make_train_iterator(cfg, prepared, 8, shard_index=0,
+                                                    shard_count=1, num_workers=workers)
+  with_workers = make(2)
+  batches = take(with_workers, 6)
+  state = with_workers.get_state()
+  expected = take(with_workers, 2)
+  with_workers.close()
+  assert_same_batches(batches, take(make(0), 6))
+  resumed = make(2)
+  resumed.set_state(state)  # a state saved with workers restores with workers
+  assert_same_batches(take(resumed, 2), expected)
+  resumed.close()
