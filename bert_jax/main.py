@@ -57,5 +57,19 @@ def main(argv):
     sys.exit(2)
 
 
+def parse_flags(argv):
+  """absl's parser, with a misspelled --config.key reported in one line, not a traceback."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    print(f"FATAL Flags parsing error: {e}", file=sys.stderr)
+    sys.exit(2)
+  except (AttributeError, KeyError) as e:  # config_flags: an override of an unknown field
+    detail = str(e).replace("\\n", " ").replace("\\'", "'").strip("'\"")
+    overrides = [a for a in argv if a.startswith("--config.")]
+    print(f"error: unknown config key among {overrides}: {detail}", file=sys.stderr)
+    sys.exit(2)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)
