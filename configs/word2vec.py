@@ -4,6 +4,8 @@ Run (offline; on a quiet 2-core CPU about 7 s of training after a 7 s corpus par
   python -m bert_jax.main --config configs/word2vec.py --workdir workdirs/word2vec
 Your own text (one sentence per line): --config.data.corpus=text \\
   --config.data.text_glob='/data/*.txt'
+The workdir gets TensorBoard events, metrics.jsonl and an Orbax checkpoint per epoch
+(checkpoints/); rerunning the same command resumes from the last one.
 Query the exported vectors:
   python -m bert_jax.word2vec_query --vectors workdirs/word2vec/vectors.bin \\
     --neighbors king --analogy king,man,woman --topn 10
@@ -40,6 +42,11 @@ def get_config(arg=None):
   c.train.chunks_per_step = 512    # SGD updates per dispatched step (a loop on device)
   c.train.prefetch = 2             # batches the host thread builds ahead
   c.train.log_every_steps = 5
+  # Orbax checkpoints in workdir/checkpoints after every epoch (bert_jax.checkpoint, as
+  # BERT's loop): a rerun on the same workdir resumes at the last saved epoch.
+  c.train.checkpoint = True
+  c.train.keep_checkpoints = 3
+  c.train.async_checkpoints = True
   # CPU only: one XLA thread, the other cores build batches (see
   # tasks/word2vec.start_cpu_backend_single_threaded).
   c.train.single_thread_xla_cpu = True

@@ -1,6 +1,8 @@
 """word2vec (skip-gram, negative sampling) training: `train_and_evaluate(config, workdir)`.
 
-`python -m bert_jax.main --config configs/word2vec.py --workdir DIR` lands here.
+`python -m bert_jax.main --config configs/word2vec.py --workdir DIR` lands here; like
+BERT's loop it writes TensorBoard + metrics.jsonl (train/writer.MetricWriter) and an
+Orbax checkpoint per epoch (checkpoint.Checkpointer), and a rerun resumes from it.
 
 The step is sparse: per SGD chunk of pairs it gathers the rows of T and C the chunk
 touches, takes the SGNS gradient with respect to those rows (models/word2vec.row_grads)
@@ -20,6 +22,7 @@ collective carries O(pairs * d) values, never O(vocab).
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -34,11 +37,13 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from bert_jax import checkpoint as ckpt_lib
 from bert_jax import parallel
 from bert_jax.data import word2vec as w2v_data
 from bert_jax.models import word2vec as w2v_model
 from bert_jax.tasks import word_similarity
 from bert_jax.tasks.word2vec_export import save_word2vec_format
+from bert_jax.train.writer import MetricWriter
 
 ROWS, COLS = "tensor", "fsdp"  # mesh axes of table rows / columns (checked against the rules)
 
@@ -224,17 +229,66 @@ def make_train_step(mesh, state_shardings):
 # ----------------------------------------------------------------------------- the loop
 
 
-class _JsonlLog:
-  """Default log_fn: one {"step": s, name: value, ...} line per call in workdir/metrics.jsonl."""
+class _EpochCheckpoints:
+  """The default checkpoint_fn / restore_fn: Orbax checkpoints in workdir/checkpoints.
 
-  def __init__(self, workdir: str):
-    os.makedirs(workdir, exist_ok=True)
-    self.path = os.path.join(workdir, "metrics.jsonl")
+  One per epoch through bert_jax.checkpoint.Checkpointer (keep-last-K, async saves, an
+  unreadable step falls back to the previous one), meta = task, config, vocabulary. The
+  stream is seeded per epoch, so the state alone resumes the run: no data iterator item.
+  """
 
-  def __call__(self, step: int, scalars: dict) -> None:
-    if jax.process_index() == 0:
-      with open(self.path, "a", encoding="utf-8") as f:
-        f.write(json.dumps({"step": int(step), **{k: float(v) for k, v in scalars.items()}}) + "\n")
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, vocab, rows: int):
+    t = config.train
+    self.ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
+                                      keep=t.keep_checkpoints, async_save=t.async_checkpoints)
+    self.meta = dict(task=config.task, config=config.to_dict(), vocab_size=len(vocab),
+                     vocab_sha256=hashlib.sha256("\n".join(vocab.words).encode()).hexdigest(),
+                     table_rows=rows, embed_dim=config.model.embed_dim)
+
+  def save(self, step: int, state: dict) -> None:
+    self.ckpt.save(step, state, self.meta)
+
+  def restore(self, state: dict) -> Optional[dict]:
+    """The newest checkpoint onto `state`'s shapes and shardings (so any mesh), or None."""
+    if self.ckpt.latest_step() is None:
+      return None
+    abstract = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
+    this_run = (f"this run has a vocabulary of {self.meta['vocab_size']} words "
+                f"({self.meta['table_rows']} table rows) and model.embed_dim="
+                f"{self.meta['embed_dim']}")
+    advice = (f"The checkpoints in {self.ckpt.directory} were trained with other data "
+              "(data.corpus, data.text_glob, data.min_count) or another model.embed_dim: "
+              "use a new --workdir, or the config they were saved with.")
+    try:
+      restored, meta, step = self.ckpt.restore(abstract)
+    except ckpt_lib.CheckpointMismatchError as e:
+      raise ckpt_lib.CheckpointMismatchError(f"word2vec: {e}\n{this_run}. {advice}") from e
+    if meta.get("vocab_sha256", self.meta["vocab_sha256"]) != self.meta["vocab_sha256"]:
+      # Same table shapes, other words: rows would silently mean other words.
+      raise ckpt_lib.CheckpointMismatchError(
+          f"word2vec: checkpoint {self.ckpt.directory}/{step} has another vocabulary "
+          f"({meta.get('vocab_size')} words) than this run's; {this_run}. {advice}")
+    changed = _config_changes(meta.get("config", {}), self.meta["config"])
+    if changed:  # e.g. train.epochs: the learning-rate decay now spans another length
+      _log("word2vec: config changed since the checkpoint: " + ", ".join(changed))
+    return restored
+
+  def close(self) -> None:
+    self.ckpt.close()
+
+
+def _config_changes(saved: dict, now: dict, prefix: str = "") -> list[str]:
+  """`key old -> new` for the leaves that differ (JSON-normalized, tuples as lists)."""
+  saved, now = json.loads(json.dumps(saved)), json.loads(json.dumps(now))
+  out = []
+  for k in sorted(set(saved) | set(now)):
+    a, b = saved.get(k), now.get(k)
+    if isinstance(a, dict) and isinstance(b, dict):
+      out += _config_changes(a, b, f"{prefix}{k}.")
+    elif a != b:
+      out.append(f"{prefix}{k} {a} -> {b}")
+  return out
 
 
 def _abstract_batch(batches: w2v_data.SkipGramBatches, shardings: dict) -> dict:
@@ -276,15 +330,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        log_fn: Optional[Callable[[int, dict], None]] = None,
                        checkpoint_fn: Optional[Callable[[int, dict], None]] = None,
                        restore_fn: Optional[Callable[[dict], Optional[dict]]] = None) -> dict:
-  """Trains word2vec, exports the vectors, evaluates them.
+  """Trains word2vec in `workdir`, resuming from its checkpoints; exports, evaluates.
+
+  Without hooks (the command line): metrics to TensorBoard + metrics.jsonl (MetricWriter)
+  and, with train.checkpoint, an Orbax checkpoint per epoch in workdir/checkpoints; a
+  rerun resumes at the last saved epoch, and a finished run is only evaluated again.
 
   Args:
     config: configs/word2vec.py's ConfigDict.
-    workdir: metrics.jsonl (when log_fn is None) and vectors.{txt,bin} go here.
-    log_fn: log_fn(step, {name: value}) for training and evaluation scalars.
+    workdir: metrics, checkpoints and vectors.{txt,bin} go here.
+    log_fn: log_fn(step, {name: value}) for training and evaluation scalars; replaces
+      the MetricWriter.
     checkpoint_fn: checkpoint_fn(step, state), called after every epoch.
     restore_fn: restore_fn(initial_state) -> a saved state (same structure) or None;
       training resumes at the restored state's epoch (the data stream is seeded per epoch).
+      Passing either of checkpoint_fn / restore_fn replaces the workdir checkpoints.
 
   Returns:
     dict(metrics={scores, words_per_sec, ...}, state=final state, word_vectors=WordVectors).
@@ -295,7 +355,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if jax.process_count() > 1:
     raise NotImplementedError("word2vec trains in one process (any number of local devices); "
                               "its host pipeline does not shard the corpus over processes.")
-  log_fn = log_fn or _JsonlLog(workdir)
   # ---- data: corpus, vocabulary, batches (host, numpy)
   start = time.time()
   sentences = w2v_data.load_corpus(d.corpus, d.text_glob)
@@ -312,19 +371,45 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       corpus, vocab.counts, window=d.window, negatives=t.negatives, sample=d.sample,
       ns_exponent=t.ns_exponent, alpha=t.alpha, min_alpha=t.min_alpha, epochs=t.epochs,
       chunk_size=t.chunk_size, chunks=t.chunks_per_step, seed=config.seed)
-
-  # ---- state: created sharded, maybe restored
   state, state_shardings = create_state(mesh, len(vocab), config.model.embed_dim, config.seed)
+
+  # ---- outputs: metrics, checkpoints (closed however the run ends: pending saves finish)
+  writer = MetricWriter(workdir) if log_fn is None else None
+  log_fn = log_fn or writer.write_scalars
+  ckpt = None
+  if checkpoint_fn is None and restore_fn is None and t.checkpoint:
+    ckpt = _EpochCheckpoints(config, workdir, vocab, padded_vocab_size(len(vocab), mesh))
+    checkpoint_fn, restore_fn = ckpt.save, ckpt.restore
+  try:
+    return _train_export_evaluate(config, workdir, vocab, batches, mesh, state,
+                                  state_shardings, log_fn, checkpoint_fn, restore_fn)
+  finally:
+    if ckpt is not None:
+      ckpt.close()
+    if writer is not None:
+      writer.close()
+
+
+def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_shardings,
+                           log_fn, checkpoint_fn, restore_fn) -> dict:
+  """train_and_evaluate after the setup: restore, train the remaining epochs, export."""
+  t = config.train
+  # ---- state: the newest saved one, if any
   if restore_fn is not None:
     restored = restore_fn(state)
     if restored is not None:
       state = restored
       _log(f"word2vec: resumed at epoch {int(state['epoch'])}, step {int(state['step'])}")
+  first_epoch = int(state["epoch"])
+  finished = first_epoch >= t.epochs
+  if finished:
+    _log(f"word2vec: the saved run has finished its {first_epoch} epochs (train.epochs="
+         f"{t.epochs}); evaluating it without training.")
   put = batch_shardings(mesh)
   # Compiled ahead (timed, reported as compile_seconds), so the training clock below
   # measures training; words_per_sec_with_compile adds it back.
   compile_start = time.time()
-  step_fn = make_train_step(mesh, state_shardings).lower(
+  step_fn = None if finished else make_train_step(mesh, state_shardings).lower(
       state, _abstract_batch(batches, put)).compile()
   compile_seconds = time.time() - compile_start
 
@@ -332,7 +417,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   # device runs this one; the first ones are built while the step compiles.
   step = int(state["step"])
   train_start = epoch_start = time.time()
-  stream = w2v_data.prefetch(batches.stream(int(state["epoch"])), t.prefetch)
+  stream = () if finished else w2v_data.prefetch(batches.stream(first_epoch), t.prefetch)
   words_done = pairs_done = 0
   losses, ep_pairs, ep_words = [], 0, 0
   for epoch, batch in stream:
@@ -371,7 +456,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   results = dict(train_seconds=train_seconds, compile_seconds=compile_seconds,
                  effective_words=words_done, pairs=pairs_done,
                  words_per_sec=words_done / max(train_seconds, 1e-9),
-                 words_per_sec_with_compile=words_done / (train_seconds + compile_seconds),
+                 words_per_sec_with_compile=words_done / max(train_seconds + compile_seconds,
+                                                             1e-9),
                  **word_similarity.evaluate_all(wv, config.eval.restrict_vocab))
   log_fn(step, results)
   if jax.process_index() == 0:

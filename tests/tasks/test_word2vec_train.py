@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from bert_jax import checkpoint as ckpt_lib
 from bert_jax import parallel
 from bert_jax.data.word2vec import gensim_test_file
 from bert_jax.tasks import word2vec as task
@@ -165,16 +166,23 @@ def test_short_training_run_beats_random_vectors(tmp_path):
   np.testing.assert_array_equal(loaded.vectors, out["word_vectors"].vectors)
 
 
-def test_resume_from_an_epoch_state_continues_the_same_run(tmp_path):
-  corpus = tmp_path / "corpus.txt"
+def tiny_config(tmp_path, prefix="w"):
+  """2 epochs of 8-dim vectors for 26 words `{prefix}a`..`{prefix}z` (60 sentences of 30),
+  several steps an epoch, on one device. Another prefix: the same counts, other words."""
+  corpus = tmp_path / f"corpus_{prefix}.txt"
   rng = np.random.default_rng(0)
-  words = [f"w{chr(97 + i)}" for i in range(26)]
+  words = [f"{prefix}{chr(97 + i)}" for i in range(26)]
   corpus.write_text("\n".join(" ".join(rng.choice(words, 30)) for _ in range(60)))
   config = get_config()
   config.mesh_shape = (1, 1, 1)
   config.train.chunk_size, config.train.chunks_per_step = 64, 4   # several steps an epoch
   config.data.corpus, config.data.text_glob, config.data.min_count = "text", str(corpus), 1
   config.model.embed_dim, config.train.epochs, config.export_format = 8, 2, "none"
+  return config
+
+
+def test_resume_from_an_epoch_state_continues_the_same_run(tmp_path):
+  config = tiny_config(tmp_path)
   saved = []
   full = task.train_and_evaluate(
       config, str(tmp_path / "a"),
@@ -189,3 +197,86 @@ def test_resume_from_an_epoch_state_continues_the_same_run(tmp_path):
   assert int(resumed["state"]["step"]) == int(full["state"]["step"])
   np.testing.assert_allclose(resumed["word_vectors"].vectors, full["word_vectors"].vectors,
                              rtol=1e-6, atol=1e-7)
+
+
+def checkpoint_steps(workdir) -> list[int]:
+  return sorted(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit())
+
+
+class Preempted(Exception):
+  pass
+
+
+def test_rerun_on_the_workdir_resumes_from_its_epoch_checkpoint(tmp_path, monkeypatch):
+  config = tiny_config(tmp_path)
+  full_dir, workdir = str(tmp_path / "full"), str(tmp_path / "run")
+  full = task.train_and_evaluate(config, full_dir)         # no hooks: the command line's path
+  steps = checkpoint_steps(full_dir)
+  assert len(steps) == 2 and steps[-1] == int(full["state"]["step"])
+  # The same run stopped right after its epoch-1 checkpoint (as a preemption would)...
+  save = ckpt_lib.Checkpointer.save
+
+  def save_then_stop(self, *args, **kwargs):
+    save(self, *args, **kwargs)
+    raise Preempted
+
+  with monkeypatch.context() as m:
+    m.setattr(ckpt_lib.Checkpointer, "save", save_then_stop)
+    with pytest.raises(Preempted):
+      task.train_and_evaluate(config, workdir)
+  assert checkpoint_steps(workdir) == steps[:1]
+  # ... and restarted on its workdir: epoch 2 only, ending where the uninterrupted run does.
+  resumed = task.train_and_evaluate(config, workdir)
+  assert resumed["metrics"]["effective_words"] < full["metrics"]["effective_words"]
+  assert int(resumed["state"]["epoch"]) == 2 and checkpoint_steps(workdir) == steps
+  np.testing.assert_array_equal(resumed["word_vectors"].vectors, full["word_vectors"].vectors)
+  # A finished run is evaluated again, not retrained.
+  again = task.train_and_evaluate(config, workdir)
+  assert again["metrics"]["effective_words"] == 0 and checkpoint_steps(workdir) == steps
+  np.testing.assert_array_equal(again["word_vectors"].vectors, full["word_vectors"].vectors)
+  # The checkpoint restores onto another mesh: rows over tensor, columns over fsdp.
+  state, _ = task.create_state(parallel.create_mesh((2, 2, 2)), 26, 8, seed=1)
+  abstract = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding),
+                          state)
+  ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"))
+  restored, meta, step = ckpt.restore(abstract)
+  ckpt.close()
+  assert step == steps[-1] and meta["vocab_size"] == 26 and meta["task"] == "word2vec"
+  assert meta["config"]["model"]["embed_dim"] == 8
+  assert restored["params"]["target"].sharding.spec == P("tensor", "fsdp")
+  np.testing.assert_array_equal(np.asarray(restored["params"]["target"]),
+                                full["word_vectors"].vectors)
+
+
+def test_default_run_writes_tensorboard_and_metrics_jsonl(tmp_path):
+  config = tiny_config(tmp_path)
+  config.train.epochs = 1
+  out = task.train_and_evaluate(config, str(tmp_path / "run"))
+  events = list((tmp_path / "run").glob("events.out.tfevents.*"))
+  assert len(events) == 1
+  content = events[0].read_bytes()
+  assert b"epoch_loss" in content and b"wordsim353_pairs" in content
+  lines = [json.loads(l) for l in open(tmp_path / "run" / "metrics.jsonl")]
+  assert [l["epoch"] for l in lines if "epoch" in l] == [1]
+  assert lines[-1]["step"] == int(out["state"]["step"])
+  assert lines[-1]["effective_words"] == out["metrics"]["effective_words"]
+  assert checkpoint_steps(tmp_path / "run") == [int(out["state"]["step"])]
+
+
+def test_checkpoint_of_another_model_or_vocabulary_is_a_clear_error(tmp_path):
+  config = tiny_config(tmp_path)
+  config.train.epochs = 1
+  workdir = str(tmp_path / "run")
+  task.train_and_evaluate(config, workdir)
+  config.model.embed_dim = 16
+  # A ValueError: main.py prints it as `error: ...`.
+  with pytest.raises(ValueError, match=re.escape(
+      "shape mismatch: ['params']['target'] checkpoint (26, 8) vs model (26, 16)")) as e:
+    task.train_and_evaluate(config, workdir)
+  assert isinstance(e.value, ckpt_lib.CheckpointMismatchError)
+  assert "model.embed_dim=16" in str(e.value) and "new --workdir" in str(e.value)
+  # Same table shape, other words: an error too, not rows silently meaning other words.
+  other = tiny_config(tmp_path, prefix="v")
+  other.train.epochs = 1
+  with pytest.raises(ckpt_lib.CheckpointMismatchError, match="another vocabulary"):
+    task.train_and_evaluate(other, workdir)
