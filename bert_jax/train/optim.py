@@ -7,9 +7,12 @@ Optimizer state stays float32 whatever the compute dtype.
 """
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 _NO_DECAY_LEAVES = ("bias", "scale")  # LayerNorm γ is "scale" in flax; all biases
@@ -28,6 +31,8 @@ def learning_rate_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> 
   """Linear warmup to `learning_rate`, then `schedule`: linear (to 0 at total_steps),
   inverse_sqrt (∝ 1/sqrt(step) after warmup, Vaswani et al.) or constant."""
   peak, warmup = cfg.learning_rate, int(cfg.warmup_steps)
+  if cfg.get("warmup_fraction"):  # fine-tuning recipes: e.g. 10% of the steps
+    warmup = int(round(cfg.warmup_fraction * total_steps))
   if cfg.schedule == "linear":
     return optax.join_schedules(
         [optax.linear_schedule(0.0, peak, max(warmup, 1)),
@@ -58,6 +63,55 @@ def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int):
   else:
     raise ValueError(f"unknown train.optimizer {cfg.optimizer!r}: adamw, lamb, sgd")
   chain = [opt]
+  if cfg.get("layerwise_lr_decay", 1.0) != 1.0:
+    chain.append(scale_by_layer_depth(cfg.layerwise_lr_decay))
   if cfg.grad_clip_norm and cfg.grad_clip_norm > 0:
     chain.insert(0, optax.clip_by_global_norm(cfg.grad_clip_norm))
   return optax.chain(*chain), schedule
+
+
+_LAYER = re.compile(r"^layers_(\d+)$")
+
+
+def layer_depth_factors(tree, decay: float):
+  """Per-leaf learning-rate factors of layer-wise decay (Clark et al. 2020, ELECTRA).
+
+  With L encoder layers: task heads (and anything outside the encoder) 1, the pooler
+  decay, layer i (0-based) decay^(L - i), the embeddings decay^(L + 1); so the lower
+  a weight sits, the smaller its step. Scanned layers (`layers`, stacked on axis 0) get
+  a [L, 1, ...] factor array; unrolled ones (`layers_i`) a scalar.
+  """
+  def names(path):
+    return [str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey)]
+
+  paths = jax.tree_util.tree_flatten_with_path(tree)[0]
+  num_layers = 0
+  for path, leaf in paths:
+    keys = names(path)
+    if "layers" in keys:
+      num_layers = max(num_layers, leaf.shape[0])
+    num_layers = max([num_layers] + [int(m.group(1)) + 1 for m in map(_LAYER.match, keys) if m])
+
+  def factor(path, leaf):
+    keys = names(path)
+    if "embeddings" in keys:
+      return decay ** (num_layers + 1)
+    if "layers" in keys:
+      depth = num_layers - np.arange(leaf.shape[0])
+      return (decay ** depth).reshape((-1,) + (1,) * (leaf.ndim - 1)).astype(np.float32)
+    for k in keys:
+      m = _LAYER.match(k)
+      if m:
+        return decay ** (num_layers - int(m.group(1)))
+    return decay if "pooler" in keys else 1.0
+  return jax.tree_util.tree_map_with_path(factor, tree)
+
+
+def scale_by_layer_depth(decay: float) -> optax.GradientTransformation:
+  """Multiplies each update by its layer_depth_factors (after the learning rate)."""
+  def update(updates, state, params=None):
+    del params
+    factors = layer_depth_factors(updates, decay)
+    return jax.tree_util.tree_map(lambda u, f: u * jnp.asarray(f, u.dtype), updates,
+                                  factors), state
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)

@@ -99,3 +99,8 @@ def eval_step(params, batch, *, task):
   """Metric numerators/denominators of one eval batch (summed over batches by the loop)."""
   out = parallel.spread_over_all_devices(task.apply(params, batch, None, train=False))
   return task.metric_sums(out, batch)
+
+
+def predict_step(params, batch, *, task):
+  """Per-row outputs of one eval batch (logits, ...) for metrics computed on the host."""
+  return task.predict_outputs(task.apply(params, batch, None, train=False), batch)

@@ -137,7 +137,7 @@ def test_iterator_state_restores_the_exact_stream(tiny):
 def test_fresh_order_and_masks_every_epoch(tiny):
   cfg, prepared = tiny
   n = prepared.num_examples["train"]
-  keys = loader._TrainKeys(n, batch_size=n, shard_index=0, shard_count=1, seed=0)
+  keys = loader.TrainKeys(n, batch_size=n, shard_index=0, shard_count=1, seed=0)
   epoch0, epoch1 = keys(0), keys(1)
   assert (epoch0[:, 0] == 0).all() and (epoch1[:, 0] == 1).all()
   np.testing.assert_array_equal(np.sort(epoch0[:, 1]), np.arange(n))
@@ -148,7 +148,7 @@ def test_process_shards_are_disjoint_and_cover_each_epoch(tiny):
   cfg, prepared = tiny
   n = prepared.num_examples["train"]
   # One batch of n per process spans epochs 0 and 1 of the global stream.
-  rows = [loader._TrainKeys(n, n, p, 2, seed=3)(0) for p in range(2)]
+  rows = [loader.TrainKeys(n, n, p, 2, seed=3)(0) for p in range(2)]
   epoch0 = [r[r[:, 0] == 0, 1] for r in rows]
   assert abs(len(epoch0[0]) - len(epoch0[1])) <= 1
   assert not set(epoch0[0]) & set(epoch0[1])
