@@ -32,6 +32,7 @@ from bert_jax.data import loader
 from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan
 from bert_jax.tasks.pretraining import model_config_from
 from bert_jax.train import losses
+from bert_jax.train.writer import log
 
 # TransformerConfig fields a fine-tuning config may set on top of a pretrained encoder's
 # architecture: numerics, regularization and layout, never sizes.
@@ -62,6 +63,17 @@ def _resolve_encoder(config: ml_collections.ConfigDict):
                      "tokenizer.json or a directory); or set config.init_from to a "
                      "pretrained checkpoint (an HF BERT directory or one of our workdirs).")
   return model_config_from(config), None, load_tokenizer(vocab)
+
+
+class Split:
+  """Which split of the data config a task reads: its name, file and size cap."""
+
+  def __init__(self, config: ml_collections.ConfigDict, split: str):
+    d = config.data
+    self.split = split
+    self.name = d.eval_split if split == "eval" else d.train_split
+    self.file = d.eval_file if split == "eval" else d.train_file
+    self.limit = int(d.max_eval_examples if split == "eval" else d.max_train_examples)
 
 
 class _Rows:
@@ -101,14 +113,39 @@ class FinetuneTask:
     self.eval_model = self.build_model(self.model_config.replace(deterministic=True))
     self.train_features: dict = {}
     self.eval_features: dict = {}
+    self.class_weights = None  # [classes] loss weights (train.class_weights), from the data
 
   # ----------------------------------------------------------- subclass API
   def build_model(self, model_config):
     raise NotImplementedError
 
-  def load_split(self, split: str, for_training: bool):
-    """(examples, features) of a split ("train" / "eval"); features hold `fields`."""
+  def read(self, split: Split):
+    """(examples, SkipLog) of a split."""
     raise NotImplementedError
+
+  def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
+    """(features holding `fields`, SkipLog); unlabeled: keep examples without labels."""
+    raise NotImplementedError
+
+  def train_label_ids(self, features):
+    """(label ids, number of classes) for class weights, or None (no classes)."""
+    del features
+    return None
+
+  def load_split(self, split: str, for_training: bool):
+    """(examples, features) of "train" or "eval"; logs what was kept and skipped."""
+    s = Split(self.config, split)
+    examples, read_log = self.read(s)
+    if s.limit:
+      examples = examples[:s.limit]
+    features, feat_log = self.featurize(examples, for_training,
+                                        source=f"{read_log.source} features")
+    read_log.merge(feat_log).kept = feat_log.kept
+    log(f"{self.name} {split} ({s.name}): {read_log.summary()}")
+    if for_training:
+      labels = self.train_label_ids(features)
+      self.class_weights = None if labels is None else self.class_weight_array(*labels)
+    return examples, features
 
   # ------------------------------------------------------------------- data
   def prepare(self, workdir: str) -> None:

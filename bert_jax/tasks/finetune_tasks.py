@@ -24,37 +24,16 @@ from bert_jax.tasks import classification as cls_lib
 from bert_jax.tasks import metrics as metrics_lib
 from bert_jax.tasks import ner as ner_lib
 from bert_jax.tasks import readers, squad as squad_lib, squad_metrics, tfds_readers
-from bert_jax.tasks.finetune import FinetuneTask
+from bert_jax.tasks.finetune import FinetuneTask, Split
 from bert_jax.tasks.glue import get_glue_task
 from bert_jax.tasks.squad_postprocess import postprocess_squad
 from bert_jax.train import losses
 from bert_jax.train.writer import log as log_line
 
 
-def _limit(examples, n: int):
-  return examples[:n] if n else examples
-
-
 def _labels_option(config) -> Optional[tuple]:
   text = config.data.get("labels") or ""
   return tuple(x.strip() for x in text.split(",") if x.strip()) or None
-
-
-class _Split:
-  """Reads and featurizes a split once; logs the skip summary."""
-
-  def __init__(self, task, split: str):
-    self.task, self.split = task, split
-    d = task.config.data
-    self.name = d.eval_split if split == "eval" else d.train_split
-    self.file = d.eval_file if split == "eval" else d.train_file
-    self.limit = int(d.max_eval_examples if split == "eval" else d.max_train_examples)
-
-  def finish(self, examples, read_log, features, feat_log):
-    read_log.merge(feat_log)
-    read_log.kept = feat_log.kept
-    log_line(f"{self.task.name} {self.split} ({self.name}): {read_log.summary()}")
-    return examples, features
 
 
 def _tfds_kwargs(config) -> dict:
@@ -108,7 +87,7 @@ class ClassificationTask(FinetuneTask):
           d.file_format or None)
     return self._file_examples[path]
 
-  def read(self, split: _Split):
+  def read(self, split: Split):
     src = self.config.data.source
     if src == "polarity":
       return readers.load_polarity(split.name)
@@ -116,19 +95,14 @@ class ClassificationTask(FinetuneTask):
       return tfds_readers.load_glue(src, split.name, **_tfds_kwargs(self.config))
     return self._read_file(self.config, split.file)
 
-  def featurize(self, examples, allow_unlabeled=False, source="classification"):
+  def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
+    del training
     return cls_lib.featurize_classification(
         examples, self.tokenizer, self.seq_len, self.label_list, self.regression,
-        allow_unlabeled=allow_unlabeled, source=source)
+        allow_unlabeled=unlabeled, source=source)
 
-  def load_split(self, split: str, for_training: bool):
-    s = _Split(self, split)
-    examples, read_log = self.read(s)
-    examples = _limit(examples, s.limit)
-    features, feat_log = self.featurize(examples, source=f"{read_log.source} features")
-    if for_training and not self.regression:
-      self.class_weights = self.class_weight_array(features["labels"], self.num_labels)
-    return s.finish(examples, read_log, features, feat_log)
+  def train_label_ids(self, features):
+    return None if self.regression else (features["labels"], self.num_labels)
 
   def loss_parts(self, out, batch):
     w = self.row_weights(batch)
@@ -136,7 +110,7 @@ class ClassificationTask(FinetuneTask):
       err = out["logits"][:, 0] - batch["labels"].astype(jnp.float32)
       return {"task": jnp.sum(w * err ** 2)}
     return {"task": self.classification_loss(out["logits"], batch["labels"], w,
-                                             getattr(self, "class_weights", None))}
+                                             self.class_weights)}
 
   def metric_sums(self, out, batch):
     sums = super().metric_sums(out, batch)
@@ -217,24 +191,18 @@ class NerTask(FinetuneTask):
       self._file_examples[path] = read(path)
     return self._file_examples[path]
 
-  def read(self, split: _Split):
+  def read(self, split: Split):
     if self.config.data.source == "conll2003":
       return tfds_readers.load_conll2003(split.name, **_tfds_kwargs(self.config))
     return self._read_file(self.config, split.file)
 
-  def featurize(self, examples, allow_unlabeled=False, source="ner"):
+  def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
+    del training
     return ner_lib.featurize_ner(examples, self.tokenizer, self.seq_len, self.label_list,
-                                 allow_unlabeled=allow_unlabeled, source=source)
+                                 allow_unlabeled=unlabeled, source=source)
 
-  def load_split(self, split: str, for_training: bool):
-    s = _Split(self, split)
-    examples, read_log = self.read(s)
-    examples = _limit(examples, s.limit)
-    features, feat_log = self.featurize(examples, source=f"{read_log.source} features")
-    if for_training:
-      labels = features["labels"][features["label_weights"] > 0]
-      self.class_weights = self.class_weight_array(labels, len(self.label_list))
-    return s.finish(examples, read_log, features, feat_log)
+  def train_label_ids(self, features):
+    return features["labels"][features["label_weights"] > 0], len(self.label_list)
 
   def row_weights(self, batch):  # [batch, len]: first sub-tokens of real rows
     return batch["label_weights"].astype(jnp.float32) * batch["example_weight"][:, None]
@@ -242,7 +210,7 @@ class NerTask(FinetuneTask):
   def loss_parts(self, out, batch):
     labels = jnp.maximum(batch["labels"], 0)  # ignored positions (-100) have weight 0
     return {"task": self.classification_loss(out["logits"], labels, self.row_weights(batch),
-                                             getattr(self, "class_weights", None))}
+                                             self.class_weights)}
 
   def metric_sums(self, out, batch):
     sums = super().metric_sums(out, batch)
@@ -294,7 +262,7 @@ class SquadTask(FinetuneTask):
   def build_model(self, model_config):
     return heads.BertForQuestionAnswering(model_config)
 
-  def read(self, split: _Split):
+  def read(self, split: Split):
     src = self.config.data.source
     if src == "file":
       if not split.file:
@@ -302,18 +270,11 @@ class SquadTask(FinetuneTask):
       return readers.read_squad_json(split.file)
     return tfds_readers.load_squad(src.split("/")[1], split.name, **_tfds_kwargs(self.config))
 
-  def featurize(self, examples, is_training: bool, source="squad"):
+  def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
+    del unlabeled  # eval features carry no answer positions anyway
     d = self.config.data
     return squad_lib.featurize_squad(examples, self.tokenizer, self.seq_len, d.doc_stride,
-                                     d.max_query_length, is_training, source=source)
-
-  def load_split(self, split: str, for_training: bool):
-    s = _Split(self, split)
-    examples, read_log = self.read(s)
-    examples = _limit(examples, s.limit)
-    features, feat_log = self.featurize(examples, for_training,
-                                        source=f"{read_log.source} features")
-    return s.finish(examples, read_log, features, feat_log)
+                                     d.max_query_length, training, source=source)
 
   def loss_parts(self, out, batch):
     w = self.row_weights(batch)

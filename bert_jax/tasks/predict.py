@@ -67,13 +67,11 @@ def read_input(task, path: str):
   if task.name == "classification":
     examples, read_log = readers.read_classification_file(
         path, d.text_a_key, d.text_b_key or None, None, d.file_format or None)
-    features, feat_log = task.featurize(examples, allow_unlabeled=True, source=path)
   elif task.name == "ner":
     examples, read_log = _read_ner_input(path)
-    features, feat_log = task.featurize(examples, allow_unlabeled=True, source=path)
   else:
     examples, read_log = readers.read_squad_json(path)
-    features, feat_log = task.featurize(examples, False, source=path)
+  features, feat_log = task.featurize(examples, False, source=path, unlabeled=True)
   read_log.merge(feat_log).kept = feat_log.kept
   log(f"predict: {read_log.summary()}")
   if not len(features["input_ids"]):
