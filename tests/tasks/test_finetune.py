@@ -80,6 +80,10 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path)
     assert 0.0 <= result[key] <= 1.0, key
   evals = [r for r in _records(tmp_path) if "eval/accuracy" in r]
   assert [r["step"] for r in evals] == [2, 4]  # once per epoch
+  # keep_checkpoints=1 plus the best by eval accuracy: the latest and a best one stay.
+  kept = {int(n) for n in os.listdir(tmp_path / "checkpoints") if n.isdigit()}
+  acc = {r["step"]: r["eval/accuracy"] for r in evals}
+  assert 4 in kept and kept <= {2, 4} and max(acc[s] for s in kept) == max(acc.values())
   assert np.isfinite(result["loss"])
   assert os.path.exists(os.path.join(tmp_path, "tokenizer", "tokenizer.json"))
 
