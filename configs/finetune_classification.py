@@ -28,6 +28,10 @@ def get_config(arg=None):
     c.train.batch_size = 16
     c.train.num_epochs = 6.0
     c.data.max_seq_length = 64       # its longest sentence has 65 tokens
+    # all-MiniLM-L6-v2 was trained (sentence-transformers) with mean pooling, so its
+    # embedding space is built on it, not on the [CLS] pooler (bench/RESULTS.md: held-out
+    # accuracy 0.708 mean vs 0.683 cls over 3 seeds; within the noise of 40 sentences).
+    c.pooling = "mean"
     return c
   if arg == "file":
     return finetune_config("classification", "file", "accuracy")

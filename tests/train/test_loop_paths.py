@@ -1,0 +1,217 @@
+"""train_and_evaluate paths beyond test_loop.py: periodic eval, best + last-K checkpoints,
+skipping non-finite steps, LAMB, sequence-length phases and MLM-only packed rows.
+
+One tiny run per path over one prepared corpus (each run compiles for seconds).
+"""
+import glob
+import json
+import os
+import struct
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax.tasks.pretraining import PretrainingTask
+from bert_jax.train import loop, optim, steps
+from tests.train.test_loop import e2e_config
+
+PEAK = 1e9  # fixed MFU denominator: no matmul benchmark per run
+TRAIN_KEYS = {"loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "learning_rate",
+              "grad_norm", "seq_per_sec", "tokens_per_sec", "step_time", "mfu",
+              "skipped_steps"}
+EVAL_KEYS = {"eval/mlm_loss", "eval/mlm_accuracy", "eval/nsp_loss", "eval/nsp_accuracy"}
+
+
+def paths_config(data_dir, num_steps, **train):
+  c = e2e_config(data_dir, num_steps)
+  c.model.num_layers = 1             # less to compile; the paths are layer-agnostic
+  c.data.validation_fraction = 0.3   # 1 of the 6 documents, 39 eval instances
+  c.mesh_shape = (8, 1, 1)           # pure data parallel compiles fastest
+  c.train.update(dict(eval_every=0, checkpoint_every=100, async_checkpoints=True,
+                      peak_flops_per_device=PEAK))
+  c.train.update(train)
+  return c
+
+
+def _rows(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(l) for l in f]
+
+
+def _train_rows(workdir):
+  return {r["step"]: r for r in _rows(workdir) if "loss" in r}
+
+
+def _eval_rows(workdir):
+  return {r["step"]: r for r in _rows(workdir) if any(k.startswith("eval/") for k in r)}
+
+
+def _tensorboard_scalars(workdir) -> dict:
+  """{tag: {step: value}} of the workdir's event files (TFRecord framing, no TensorFlow)."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  out = {}
+  for path in glob.glob(os.path.join(workdir, "events.out.tfevents*")):
+    with open(path, "rb") as f:
+      data = f.read()
+    pos = 0
+    while pos < len(data):
+      (n,) = struct.unpack("<Q", data[pos:pos + 8])
+      event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+      pos += 12 + n + 4  # length, its crc, the record, its crc
+      for v in event.summary.value:
+        if v.HasField("simple_value"):
+          out.setdefault(v.tag, {})[event.step] = v.simple_value
+  return out
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture(scope="module")
+def evaluated(data_dir, tmp_path_factory):
+  """6 steps, eval and a checkpoint every 2, keep 1 + the best eval mlm_loss (async saves).
+
+  lr 0.3 overshoots on purpose: eval loss is best at step 2 and then rises, so the best
+  checkpoint is not the latest one.
+  """
+  workdir = str(tmp_path_factory.mktemp("evaluated"))
+  config = paths_config(data_dir, 6, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
+                        best_metric="mlm_loss", best_mode="min", learning_rate=0.3)
+  assert config.train.async_checkpoints
+  return config, workdir, loop.train_and_evaluate(config, workdir)
+
+
+def test_periodic_eval_and_train_metrics(evaluated):
+  config, workdir, result = evaluated
+  evals = _eval_rows(workdir)
+  assert sorted(evals) == [2, 4, 6]
+  for row in evals.values():
+    assert EVAL_KEYS <= set(row)
+    assert 0.0 <= row["eval/mlm_accuracy"] <= 1.0 and 0.0 <= row["eval/nsp_accuracy"] <= 1.0
+    assert np.isfinite(row["eval/mlm_loss"]) and row["eval/mlm_loss"] > 0
+    assert np.isfinite(row["eval/nsp_loss"]) and row["eval/nsp_loss"] > 0
+  assert result["eval/mlm_loss"] == pytest.approx(evals[6]["eval/mlm_loss"])
+
+  train = _train_rows(workdir)
+  assert sorted(train) == [1, 2, 3, 4, 5, 6]
+  schedule = optim.learning_rate_schedule(config.train, 6)
+  flops = 8 * PretrainingTask(config).flops_per_example(16, 4)
+  for step, row in train.items():
+    assert TRAIN_KEYS <= set(row), (step, sorted(row))
+    assert all(np.isfinite(row[k]) for k in TRAIN_KEYS), row
+    assert row["skipped_steps"] == 0
+    assert row["loss"] == pytest.approx(row["mlm_loss"] + row["nsp_loss"], rel=1e-5)
+    assert row["learning_rate"] == pytest.approx(float(schedule(step - 1)))
+    assert 0.0 <= row["mlm_accuracy"] <= 1.0 and 0.0 <= row["nsp_accuracy"] <= 1.0
+    assert row["grad_norm"] > 0 and row["step_time"] > 0 and row["mfu"] > 0
+    assert row["tokens_per_sec"] / row["seq_per_sec"] == pytest.approx(16)
+    assert row["seq_per_sec"] * row["step_time"] == pytest.approx(8)  # batch of 8
+    assert row["mfu"] == pytest.approx(flops / row["step_time"] / (8 * PEAK))
+
+  tb = _tensorboard_scalars(workdir)
+  assert {s: pytest.approx(r["eval/mlm_accuracy"]) for s, r in evals.items()} == tb[
+      "eval/mlm_accuracy"]
+  assert {s: pytest.approx(r["loss"]) for s, r in train.items()} == tb["loss"]
+  assert set(tb) >= TRAIN_KEYS | EVAL_KEYS
+
+
+def test_keeps_the_latest_and_the_best_checkpoint(evaluated):
+  _, workdir, _ = evaluated
+  losses = {s: r["eval/mlm_loss"] for s, r in _eval_rows(workdir).items()}
+  best = min(losses, key=losses.get)
+  assert best != 6, f"setup: the eval loss should rise after step 2 at lr 0.3: {losses}"
+  steps_kept = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps()
+  assert steps_kept == sorted({best, 6})  # keep_checkpoints=1 plus the best by eval
+  # Both async saves are complete and hold different params.
+  ckpt_dir = os.path.join(workdir, "checkpoints")
+  _, best_params, _ = ckpt_lib.load_params_for_inference(os.path.join(ckpt_dir, str(best)))
+  _, last_params, _ = ckpt_lib.load_params_for_inference(os.path.join(ckpt_dir, "6"))
+  kernel = lambda p: p["mlm_head"]["transform"]["kernel"]
+  assert np.isfinite(kernel(best_params)).all()
+  assert not np.allclose(kernel(best_params), kernel(last_params))
+
+
+def test_skip_nonfinite_skips_the_step_and_finishes(data_dir, tmp_path, monkeypatch):
+  train_step = steps.train_step
+
+  def poisoned(state, batch, **kw):  # NaN weights at step 2 only: a NaN loss and gradient
+    w = batch["masked_lm_weights"]
+    batch = dict(batch, masked_lm_weights=jnp.where(state.step == 1, jnp.nan, w))
+    return train_step(state, batch, **kw)
+
+  monkeypatch.setattr(steps, "train_step", poisoned)
+  config = paths_config(data_dir, 6, log_every=3, skip_nonfinite=True)
+  result = loop.train_and_evaluate(config, str(tmp_path))
+  assert result["step"] == 6 and not result["preempted"]
+  train = _train_rows(str(tmp_path))
+  assert sorted(train) == [3, 6]
+  assert train[3]["skipped_steps"] == 1 and train[6]["skipped_steps"] == 0
+  assert all(np.isfinite(r[k]) for r in train.values() for k in TRAIN_KEYS)
+  _, params, _ = ckpt_lib.load_params_for_inference(str(tmp_path))
+  leaves = jax.tree_util.tree_leaves(params)
+  assert leaves and all(np.isfinite(x).all() for x in leaves)
+
+
+def _abstract_state(config, optimizer):
+  """The TrainState a run of `optimizer` would checkpoint, as shapes only."""
+  config = config.copy_and_resolve_references()
+  config.train.optimizer = optimizer
+  task = PretrainingTask(config)
+  tx, _ = optim.make_optimizer(config.train, config.train.num_steps)
+  dummy = task.dummy_batch(8, 16, 4)
+
+  def init(key):
+    return steps.create_state(task.init(key, dummy)["params"], tx, key)
+  return nn.unbox(jax.eval_shape(init, jax.random.key(0)))
+
+
+def test_lamb_lowers_the_loss_and_checkpoints_its_state(data_dir, tmp_path):
+  # Batches of 32 keep the per-step loss steady enough to compare step 8 with step 1.
+  config = paths_config(data_dir, 8, optimizer="lamb", learning_rate=0.2, warmup_steps=0,
+                        schedule="constant", batch_size=32)
+  loop.train_and_evaluate(config, str(tmp_path))
+  losses = {s: r["loss"] for s, r in _train_rows(str(tmp_path)).items()}
+  assert sorted(losses) == list(range(1, 9))
+  assert losses[8] < losses[1] - 0.3, losses
+  ck = ckpt_lib.Checkpointer(str(tmp_path / "checkpoints"))
+  saved = ck.state_metadata(8)
+  ckpt_lib.check_compatible(saved, _abstract_state(config, "lamb"), "lamb")
+  with pytest.raises(ckpt_lib.CheckpointMismatchError, match="opt_state"):
+    ckpt_lib.check_compatible(saved, _abstract_state(config, "adamw"), "adamw")
+
+
+def test_sequence_length_phases_switch_the_batch_shape(data_dir, tmp_path, capsys):
+  config = paths_config(data_dir, 8, phases=(
+      dict(fraction=0.5, max_seq_length=16, max_predictions_per_seq=4),
+      dict(fraction=0.5, max_seq_length=32, max_predictions_per_seq=6)))
+  config.model.max_len = 32
+  result = loop.train_and_evaluate(config, str(tmp_path))
+  assert result["step"] == 8
+  out = capsys.readouterr().out
+  assert "phase 1: " in out and "'max_seq_length': 32" in out
+  train = _train_rows(str(tmp_path))
+  ratio = {s: r["tokens_per_sec"] / r["seq_per_sec"] for s, r in train.items()}
+  assert ratio == {s: pytest.approx(16 if s <= 4 else 32) for s in range(1, 9)}
+  assert all(np.isfinite(r["loss"]) for r in train.values())
+
+
+def test_mlm_packed_trains_without_nsp(data_dir, tmp_path):
+  config = paths_config(data_dir, 4, eval_every=4)
+  config.data.mode = "mlm_packed"
+  result = loop.train_and_evaluate(config, str(tmp_path))
+  assert result["step"] == 4
+  train = _train_rows(str(tmp_path))
+  assert sorted(train) == [1, 2, 3, 4]
+  for row in train.values():
+    assert {"mlm_loss", "mlm_accuracy"} <= set(row)
+    assert not [k for k in row if "nsp" in k], row
+    assert np.isfinite(row["loss"]) and row["loss"] == pytest.approx(row["mlm_loss"], rel=1e-5)
+  evals = _eval_rows(str(tmp_path))
+  assert sorted(evals) == [4]
+  assert set(evals[4]) - {"step", "time"} == {"eval/mlm_loss", "eval/mlm_accuracy"}
