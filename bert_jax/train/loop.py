@@ -261,16 +261,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         summary = avg
         window, window_t0, window_steps = [], time.perf_counter(), 0
 
+      # Eval and saves are off the training clock: the next window's step time and
+      # MFU measure training steps only.
+      paused = time.perf_counter()
+      scored_now = False
       if eval_every and (step % eval_every == 0 or step == total_steps):
         eval_iter = task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)
         last_eval = evaluate(p_eval, task, state.params, eval_iter, tc.eval_steps, to_global)
+        scored_now = bool(last_eval)
         if last_eval:
           writer.write_scalars(step, {f"eval/{k}": v for k, v in last_eval.items()})
           log("eval @ %d: " % step + ", ".join(f"{k} {v:.4f}" for k, v in last_eval.items()))
 
       if step % checkpoint_every == 0 or step == total_steps or preempt.requested:
+        # Only a checkpoint scored at its own step carries metrics (and can be "best").
         ckpt.save(step, state, _meta(config, task, phase), train_iter,
-                  metrics=last_eval or None)
+                  metrics=last_eval if scored_now else None)
+      window_t0 += time.perf_counter() - paused  # (the ETA's rate keeps them: real time)
       if preempt.requested:
         log(f"SIGTERM: saved step {step} in {ckpt.directory}; exiting.")
         break
