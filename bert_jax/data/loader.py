@@ -461,8 +461,21 @@ def make_train_iterator(cfg, prepared: PreparedData, batch_size_per_process: int
 
 def num_eval_batches(prepared: PreparedData, batch_size_per_process: int,
                      shard_count: int, split: str = "validation") -> int:
-  per_process = -(-prepared.num_examples[split] // shard_count)
-  return -(-per_process // batch_size_per_process)
+  return _eval_batches(prepared.num_examples[split], batch_size_per_process, shard_count)
+
+
+def _eval_batches(n: int, batch_size: int, shard_count: int) -> int:
+  per_process = -(-n // shard_count)
+  return -(-per_process // batch_size)
+
+
+def eval_shard_indices(n: int, batch_size: int, shard_index: int, shard_count: int):
+  """[batches * batch_size] example indices of this process (p, p + S, ...), -1 padded so
+  that every process runs the same number of eval batches."""
+  indices = np.full(_eval_batches(n, batch_size, shard_count) * batch_size, -1, np.int64)
+  mine = np.arange(shard_index, n, shard_count)
+  indices[:len(mine)] = mine
+  return indices
 
 
 def make_eval_iterator(cfg, prepared: PreparedData, batch_size_per_process: int,
@@ -482,12 +495,8 @@ def make_eval_iterator(cfg, prepared: PreparedData, batch_size_per_process: int,
     raise ValueError(f"No {split} instances in {prepared.instances_dir}: the corpus is too "
                      "small for its validation_fraction, or the fraction is 0.")
   source = InstanceSource(prepared.instances_dir, split)
-  total = num_eval_batches(prepared, batch_size_per_process, shard_count, split)
-  total *= batch_size_per_process
-  indices = np.full(total, -1, np.int64)
-  mine = np.arange(shard_index, len(source), shard_count)
-  indices[:len(mine)] = mine
-  ds = grain.MapDataset.range(total // batch_size_per_process)
+  indices = eval_shard_indices(len(source), batch_size_per_process, shard_index, shard_count)
+  ds = grain.MapDataset.range(len(indices) // batch_size_per_process)
   ds = ds.map(EvalKeys(indices, batch_size_per_process))
   ds = ds.map(BatchMaker(source, make_masker(cfg, prepared, seed), cfg.max_seq_length,
                          prepared.special.pad, cfg.mode == "nsp"))

@@ -29,7 +29,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax.data import loader
-from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan
+from bert_jax.layers.stacks import unrolled_to_scan
 from bert_jax.tasks.pretraining import model_config_from
 from bert_jax.train import losses
 from bert_jax.train.writer import log
@@ -181,22 +181,18 @@ class FinetuneTask:
     n = len(self.eval_features.get("input_ids", ()))
     if not n:
       raise ValueError(f"{self.name}: no usable evaluation examples (see the skip summary).")
-    per_process = -(-n // shard_count)
-    total = -(-per_process // batch_size) * batch_size
-    indices = np.full(total, -1, np.int64)
-    mine = np.arange(shard_index, n, shard_count)
-    indices[:len(mine)] = mine
-    ds = grain.MapDataset.range(total // batch_size).map(loader.EvalKeys(indices, batch_size))
+    indices = loader.eval_shard_indices(n, batch_size, shard_index, shard_count)
+    ds = grain.MapDataset.range(len(indices) // batch_size)
+    ds = ds.map(loader.EvalKeys(indices, batch_size))
     return iter(ds.map(_Rows(self.eval_features, self.fields)).to_iter_dataset())
 
   # ----------------------------------------------------------------- params
   def dummy_batch(self, batch_size: int, seq_len: int, num_predictions: int = 0) -> dict:
-    del num_predictions
+    del seq_len, num_predictions  # always self.seq_len, no MLM predictions
     row = {k: v[:1] for k, v in self.train_features.items() if k in self.fields}
     batch = {k: np.repeat(v, batch_size, axis=0) for k, v in row.items()}
     batch.update(example_weight=np.ones(batch_size, np.float32),
                  feature_index=np.zeros(batch_size, np.int32))
-    assert batch["input_ids"].shape[1] == seq_len
     return batch
 
   def init(self, rng, batch):
@@ -211,11 +207,6 @@ class FinetuneTask:
     encoder = {name: self._pretrained.get(name, sub) for name, sub in fresh.items()}
     checkpoint.check_compatible(encoder, fresh, f"{self.config.init_from} (encoder)")
     return dict(template, bert=jax.tree_util.tree_map(jnp.asarray, encoder))
-
-  def encoder_for_export(self, params) -> dict:
-    """The `bert` subtree, unrolled: what embed / HF export read."""
-    enc = params["bert"]
-    return scan_to_unrolled(enc) if self.model_config.scan_layers else enc
 
   # ------------------------------------------------------------------ model
   def _inputs(self, batch):

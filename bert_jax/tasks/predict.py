@@ -23,7 +23,6 @@ import numpy as np
 from bert_jax import checkpoint
 from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan
 from bert_jax.tasks import readers
-from bert_jax.tasks.finetune import _Rows
 from bert_jax.tasks.finetune_tasks import dumps
 from bert_jax.tasks.ner import NerExample
 from bert_jax.tasks.skiplog import SkipLog
@@ -94,15 +93,11 @@ def predict(config: ml_collections.ConfigDict, workdir: str) -> str:
       scan_to_unrolled(params)
   examples, features = read_input(task, config.predict.input_file)
 
-  batch_size = int(config.predict.batch_size)
+  # The eval machinery serves the batches: every record once, fixed shapes (one compile).
+  task.eval_features = features
   fn = jax.jit(lambda p, b: task.predict_outputs(task.apply(p, b, None, train=False), b))
-  rows = _Rows(features, task.fields)
-  n = len(features["input_ids"])
-  outputs = []
-  for start in range(0, n, batch_size):
-    index = np.arange(start, start + batch_size)
-    keys = np.stack([np.zeros_like(index), np.where(index < n, index, -1)], axis=1)
-    outputs.append(jax.device_get(fn(params, rows(keys))))  # fixed shape: one compile
+  outputs = [jax.device_get(fn(params, batch))
+             for batch in task.eval_iterator({}, int(config.predict.batch_size), 0, 1)]
   outputs = {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
 
   out_path = config.predict.output_file or os.path.join(workdir, "predictions.jsonl")
