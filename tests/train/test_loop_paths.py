@@ -215,3 +215,26 @@ def test_mlm_packed_trains_without_nsp(data_dir, tmp_path):
   evals = _eval_rows(str(tmp_path))
   assert sorted(evals) == [4]
   assert set(evals[4]) - {"step", "time"} == {"eval/mlm_loss", "eval/mlm_accuracy"}
+
+
+def test_fine_tunes_from_our_pretraining_checkpoint(evaluated, tmp_path):
+  """Pretrain -> fine-tune: init_from one of our workdirs gives its encoder and tokenizer."""
+  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+  from bert_jax.train.defaults import finetune_config  # pylint: disable=g-import-not-at-top
+  _, pretrain_dir, _ = evaluated
+  rows = [("the cat sat", "a"), ("a dog ran far", "b")] * 8
+  data = tmp_path / "cls.csv"
+  data.write_text("sentence,label\n" + "".join(f"{t},{l}\n" for t, l in rows))
+  c = finetune_config("classification", "file", "accuracy", max_seq_length=16,
+                      train_file=str(data), eval_file=str(data))
+  c.init_from = pretrain_dir
+  c.train.update(batch_size=8, num_epochs=1.0, learning_rate=1e-3, async_checkpoints=False,
+                 peak_flops_per_device=PEAK)
+  task = registry.get_task(c)
+  assert task.model_config.num_layers == 1 and task.model_config.hidden_size == 32
+  _, saved, _ = ckpt_lib.load_params_for_inference(pretrain_dir)
+  np.testing.assert_array_equal(task._pretrained["embeddings"]["token_embedder"]["embedding"],  # pylint: disable=protected-access
+                                saved["bert"]["embeddings"]["token_embedder"]["embedding"])
+  result = loop.train_and_evaluate(c, str(tmp_path / "ft"))
+  assert result["step"] == 2 and np.isfinite(result["loss"])
+  assert 0.0 <= result["eval/accuracy"] <= 1.0
