@@ -207,3 +207,28 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_checkpoints(data_dir, tm
     loop.train_and_evaluate(config, str(tmp_path))
   steps = ckpt_lib.Checkpointer(str(tmp_path / "checkpoints")).all_steps()
   assert steps and 6 not in steps  # what was saved before stays; the run did not finish
+
+
+@pytest.mark.slow
+def test_resume_on_another_device_count_skips_a_partial_save(uninterrupted, data_dir, tmp_path):
+  """A run saved on 8 devices, mesh (2, 2, 2), resumes in a fresh process on 2 devices;
+  the directory an interrupted async save left behind is ignored and cleaned up."""
+  workdir, _ = uninterrupted
+  copy = tmp_path / "run"
+  shutil.copytree(workdir, copy)
+  partial = copy / "checkpoints" / "7.orbax-checkpoint-tmp-1234"
+  (partial / "state").mkdir(parents=True)
+  (partial / "state" / "garbage").write_bytes(b"half-written")
+  flags = [f for f in _flags(e2e_config(data_dir, num_steps=8), str(copy))
+           if not f.startswith("--config.mesh_shape")] + ["--config.mesh_shape=(-1,1,1)"]
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  proc = subprocess.run([sys.executable, "-m", "bert_jax.main"] + flags, cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=400)
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert "at step 6" in proc.stdout and "2 devices" in proc.stdout, proc.stdout
+  assert "step 8/8" in proc.stdout
+  assert ckpt_lib.Checkpointer(str(copy / "checkpoints")).all_steps()[-1] == 8
+  assert not partial.exists()
+  losses = _losses(copy)
+  assert sorted(losses)[-2:] == [7, 8] and all(np.isfinite(list(losses.values())))
