@@ -20,14 +20,19 @@ def softmax_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Arr
   focal_gamma > 0 gives the focal loss (1 - p_t)^γ · CE (Lin et al. 2017).
   """
   logits = logits.astype(jnp.float32)
-  log_probs = jax.nn.log_softmax(logits, axis=-1)
   num_classes = logits.shape[-1]
+  # CE = logsumexp(z) - Σ t·z for targets t summing to 1: no [..., classes] log_softmax
+  # array is materialized (the MLM head's [batch, P, vocab] is the big one).
+  lse = jax.nn.logsumexp(logits, axis=-1)                        # [...]
   onehot = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
+  true_logit = jnp.sum(onehot * logits, axis=-1)                 # [...]
   if label_smoothing:
-    onehot = onehot * (1.0 - label_smoothing) + label_smoothing / num_classes
-  loss = -jnp.sum(onehot * log_probs, axis=-1)                   # [...]
+    targets = onehot * (1.0 - label_smoothing) + label_smoothing / num_classes
+    loss = lse - jnp.sum(targets * logits, axis=-1)
+  else:
+    loss = lse - true_logit
   if focal_gamma:
-    p_true = jnp.exp(jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0])
+    p_true = jnp.exp(true_logit - lse)
     loss = loss * (1.0 - p_true) ** focal_gamma
   if class_weights is not None:
     loss = loss * jnp.asarray(class_weights, jnp.float32)[labels]

@@ -81,14 +81,19 @@ def train_step(state: TrainState, batch, *, task, tx: optax.GradientTransformati
         (jnp.arange(accum_steps), micro))
 
   grad_norm = optax.global_norm(grads)
-  updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
-  new_params = optax.apply_updates(state.params, updates)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+
+  def update(_):
+    updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
+    return optax.apply_updates(state.params, updates), new_opt_state
+
   # A non-finite step leaves params and optimizer state as they were; the loop then
-  # either stops with an error naming the step or (skip_nonfinite) carries on.
-  keep = lambda new, old: jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
-  new_state = state.replace(step=state.step + 1, params=keep(new_params, state.params),
-                            opt_state=keep(new_opt_state, state.opt_state))
+  # either stops with an error naming the step or (skip_nonfinite) carries on. A cond,
+  # not a select: only the taken branch runs, so a normal step pays no extra pass over
+  # the params and both Adam moments.
+  new_params, new_opt_state = jax.lax.cond(
+      finite, update, lambda _: (state.params, state.opt_state), None)
+  new_state = state.replace(step=state.step + 1, params=new_params, opt_state=new_opt_state)
   metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(state.step),
              "finite": finite.astype(jnp.float32)}
   metrics.update(task.metric_ratios(sums))
