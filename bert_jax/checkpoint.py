@@ -175,7 +175,8 @@ def load_params_for_inference(path: str):
   step = None
   if os.path.basename(path).isdigit() and os.path.isdir(os.path.join(path, "state")):
     step, path = int(os.path.basename(path)), os.path.dirname(path)
-  manager = ocp.CheckpointManager(path, options=ocp.CheckpointManagerOptions(read_only=True),
+  manager = ocp.CheckpointManager(path, options=ocp.CheckpointManagerOptions(
+                                      read_only=True, create=False, save_interval_steps=0),
                                   item_handlers=_item_handlers(ocp.PyTreeCheckpointHandler()))
   step = manager.latest_step() if step is None else step
   if step is None:

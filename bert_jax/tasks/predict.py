@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import pathlib
 
+import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
@@ -95,9 +96,17 @@ def predict(config: ml_collections.ConfigDict, workdir: str) -> str:
 
   # The eval machinery serves the batches: every record once, fixed shapes (one compile).
   task.eval_features = features
+  batches = list(task.eval_iterator({}, int(config.predict.batch_size), 0, 1))
+  # A head of another shape (other labels, pooling) than this config's: a clear error.
+  abstract = jax.eval_shape(lambda b: task.init(jax.random.key(0), b), batches[0])["params"]
+  try:
+    checkpoint.check_compatible(params, nn.unbox(abstract), step_dir)
+  except checkpoint.CheckpointMismatchError as e:
+    raise checkpoint.CheckpointMismatchError(
+        f"{e}\n(predict with the config the workdir was trained with: same labels, "
+        "pooling and model.)") from None
   fn = jax.jit(lambda p, b: task.predict_outputs(task.apply(p, b, None, train=False), b))
-  outputs = [jax.device_get(fn(params, batch))
-             for batch in task.eval_iterator({}, int(config.predict.batch_size), 0, 1)]
+  outputs = [jax.device_get(fn(params, batch)) for batch in batches]
   outputs = {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
 
   out_path = config.predict.output_file or os.path.join(workdir, "predictions.jsonl")

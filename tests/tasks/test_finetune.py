@@ -97,6 +97,11 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path)
   for r in rows:
     assert r["label"] in ("neg", "pos")
     assert abs(sum(r["probabilities"].values()) - 1.0) < 1e-5
+  # A config whose head differs from the trained one is named, not silently applied.
+  from bert_jax.checkpoint import CheckpointMismatchError  # pylint: disable=g-import-not-at-top
+  c.pooling = "mean"
+  with pytest.raises(CheckpointMismatchError, match="unexpected in checkpoint.*pooler"):
+    predict(c, str(tmp_path))
 
 
 tf = pytest.importorskip("tensorflow")
