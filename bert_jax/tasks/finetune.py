@@ -127,6 +127,17 @@ class FinetuneTask:
     """(features holding `fields`, SkipLog); unlabeled: keep examples without labels."""
     raise NotImplementedError
 
+  def read_file_once(self, path: str, read_fn):
+    """read_fn(path) -> (examples, SkipLog), cached: a train file that also gave the
+    label set is not read twice."""
+    if not path:
+      raise ValueError(f"{self.name}: data.source='file' needs data.train_file and "
+                       "data.eval_file.")
+    cache = self.__dict__.setdefault("_file_examples", {})
+    if path not in cache:
+      cache[path] = read_fn(path)
+    return cache[path]
+
   def train_label_ids(self, features):
     """(label ids, number of classes) for class weights, or None (no classes)."""
     del features

@@ -50,17 +50,16 @@ class ClassificationTask(FinetuneTask):
 
   def __init__(self, config):
     src = config.data.source
-    self._file_examples = {}
     if src.startswith("glue/"):
       glue = get_glue_task(src)
       self.label_list, self.regression = glue.label_names, glue.is_regression
       self.metric_names = glue.metrics
     elif src == "polarity":
       self.label_list, self.regression = readers.POLARITY_LABELS, False
-      self.metric_names = ("accuracy", "macro_f1")
+      self.metric_names = ("accuracy",)
     elif src == "file":
       self.regression = bool(config.data.regression)
-      self.metric_names = ("pearson", "spearman") if self.regression else ("accuracy", "macro_f1")
+      self.metric_names = ("pearson", "spearman") if self.regression else ("accuracy",)
       self.label_list = None if self.regression else _labels_option(config)
       if self.label_list is None and not self.regression:
         examples, _ = self._read_file(config, config.data.train_file)
@@ -77,15 +76,9 @@ class ClassificationTask(FinetuneTask):
                                                self.config.get("pooling", "cls"))
 
   def _read_file(self, config, path):
-    if path not in self._file_examples:
-      if not path:
-        raise ValueError("classification: data.source='file' needs data.train_file and "
-                         "data.eval_file.")
-      d = config.data
-      self._file_examples[path] = readers.read_classification_file(
-          path, d.text_a_key, d.text_b_key or None, d.label_key or None,
-          d.file_format or None)
-    return self._file_examples[path]
+    d = config.data
+    return self.read_file_once(path, lambda p: readers.read_classification_file(
+        p, d.text_a_key, d.text_b_key or None, d.label_key or None, d.file_format or None))
 
   def read(self, split: Split):
     src = self.config.data.source
@@ -132,9 +125,9 @@ class ClassificationTask(FinetuneTask):
     result = {m: metrics_lib.METRIC_FNS[m](labels, preds) for m in self.metric_names}
     if not self.regression:
       result.setdefault("accuracy", metrics_lib.accuracy(labels, preds))
-      result.setdefault("macro_f1", metrics_lib.macro_f1(labels, preds,
-                                                          range(self.num_labels)))
+      # Per class over the whole label set (a class absent from both sides scores 0).
       prf = metrics_lib.precision_recall_f1(labels, preds, range(self.num_labels))
+      result["macro_f1"] = float(np.mean(prf["f1"]))
       for i, name in enumerate(self.label_list):
         for k in ("precision", "recall", "f1"):
           result[f"{k}/{name}"] = float(prf[k][i])
@@ -165,7 +158,6 @@ class NerTask(FinetuneTask):
 
   def __init__(self, config):
     src = config.data.source
-    self._file_examples = {}
     if src == "conll2003":
       self.label_list = tfds_readers.CONLL2003_NER_TAGS
     elif src == "file":
@@ -183,13 +175,9 @@ class NerTask(FinetuneTask):
     return heads.BertForTokenClassification(model_config, len(self.label_list))
 
   def _read_file(self, config, path):
-    if path not in self._file_examples:
-      if not path:
-        raise ValueError("ner: data.source='file' needs data.train_file and data.eval_file.")
-      read = readers.read_ner_jsonl if path.endswith((".jsonl", ".json")) else \
-          readers.read_conll_file
-      self._file_examples[path] = read(path)
-    return self._file_examples[path]
+    del config
+    return self.read_file_once(path, readers.read_ner_jsonl if path.endswith(
+        (".jsonl", ".json")) else readers.read_conll_file)
 
   def read(self, split: Split):
     if self.config.data.source == "conll2003":
