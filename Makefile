@@ -21,6 +21,9 @@ $(STAMP): requirements.txt pyproject.toml | $(BIN)/python
 
 $(TEST_STAMP): $(STAMP) requirements-tf.txt requirements-test.txt
 	$(BIN)/pip install -q -r requirements-test.txt
+	# Headless Chromium (Debian) for the test that opens the attention head view page.
+	command -v chromium >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	touch $@
 
 install: $(STAMP)
