@@ -25,6 +25,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from bert_jax.tasks import registry  # noqa: E402  pylint: disable=wrong-import-position
 from bert_jax.train import loop  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -40,7 +41,7 @@ def run(pooling: str, seed: int, epochs: float, lr: float) -> dict:
   c.train.learning_rate = lr
   with tempfile.TemporaryDirectory() as workdir:
     start = time.time()
-    result = loop.train_and_evaluate(c, workdir)
+    result = loop.train_and_evaluate(c, workdir, registry.get_task(c))
     seconds = time.time() - start
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
       evals = [json.loads(line) for line in f]

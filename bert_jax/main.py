@@ -46,11 +46,7 @@ def main(argv):
   config = _CONFIG.value
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   try:
-    trainer = registry.standalone_trainer(config.task, config.get("mode", "train"))
-    if trainer is None:
-      from bert_jax.train.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
-      trainer = train_and_evaluate
-    trainer(config, FLAGS.workdir)
+    registry.run(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     logging.error("%s", e)
     print(f"error: {e}", file=sys.stderr)

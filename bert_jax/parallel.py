@@ -91,6 +91,17 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
   return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
 
 
+def host_to_global(batch: dict, mesh: Mesh) -> dict:
+  """This process's rows of a batch (numpy) -> global jax.Arrays, rows over BATCH_AXES.
+
+  The global batch is the processes' batches concatenated in process order; every
+  other dimension is replicated.
+  """
+  return {k: jax.make_array_from_process_local_data(batch_sharding(mesh, np.ndim(v)),
+                                                    np.asarray(v))
+          for k, v in batch.items()}
+
+
 def spread_over_all_devices(tree):
   """Constrains every array's leading (batch) dim over all mesh axes (inside jit + mesh).
 

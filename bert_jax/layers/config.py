@@ -71,6 +71,18 @@ class TransformerConfig:
   def d_mlp(self) -> int:
     return self.mlp_dim or 4 * self.hidden_size
 
+  def flops_per_token(self, seq_len: int) -> float:
+    """Forward matmul FLOPs per token of the `num_layers` self-attention blocks.
+
+    nanoGPT's estimate_mfu (PaLM appendix B) with full, not causal, attention: per
+    layer the QKV + output projections 2·4·d·(h·d_k), the FFN 2·2·d·f, and the scores
+    plus the weighted sum 2·2·T·(h·d_k). A multiply-add is 2 FLOPs; embeddings,
+    norms and heads are left out (a task adds its head's). Training is 3x this.
+    """
+    d, width = self.hidden_size, self.num_heads * self.d_head
+    return float(self.num_layers * (2 * 4 * d * width + 2 * 2 * d * self.d_mlp
+                                    + 2 * 2 * seq_len * width))
+
   @property
   def compute_dtype(self):
     return jnp.dtype(self.dtype)

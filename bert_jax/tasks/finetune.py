@@ -95,6 +95,9 @@ class FinetuneTask:
   """The shared part of the fine-tuning tasks; subclasses set the data and the head."""
 
   name = "finetune"
+  host_scored = True
+  summary_keys = ("loss", "accuracy")
+  progress_labels = (("accuracy", "acc"),)
   # Feature arrays fed to the model and the loss (subclasses extend).
   fields = ("input_ids", "input_mask", "segment_ids")
 
@@ -158,6 +161,22 @@ class FinetuneTask:
       self.class_weights = None if labels is None else self.class_weight_array(*labels)
     return examples, features
 
+  def read_unlabeled(self, path: str):
+    """(examples without labels, SkipLog) of a predict-mode input file."""
+    raise NotImplementedError
+
+  def read_input(self, path: str):
+    """(examples, features) of an unlabeled input file (predict mode)."""
+    if not os.path.exists(path):
+      raise FileNotFoundError(f"predict.input_file {path} does not exist.")
+    examples, read_log = self.read_unlabeled(path)
+    features, feat_log = self.featurize(examples, False, source=path, unlabeled=True)
+    read_log.merge(feat_log).kept = feat_log.kept
+    log(f"predict: {read_log.summary()}")
+    if not len(features["input_ids"]):
+      raise ValueError(f"predict: no usable records in {path} (see the summary above).")
+    return examples, features
+
   # ------------------------------------------------------------------- data
   def prepare(self, workdir: str) -> None:
     # The tokenizer goes into the workdir, so the fine-tuned checkpoints are
@@ -189,13 +208,20 @@ class FinetuneTask:
 
   def eval_iterator(self, phase: dict, batch_size: int, shard_index: int, shard_count: int):
     del phase
-    n = len(self.eval_features.get("input_ids", ()))
-    if not n:
+    if not len(self.eval_features.get("input_ids", ())):
       raise ValueError(f"{self.name}: no usable evaluation examples (see the skip summary).")
+    return self._batches(self.eval_features, batch_size, shard_index, shard_count)
+
+  def predict_batches(self, features: dict, batch_size: int):
+    return self._batches(features, batch_size, 0, 1)
+
+  def _batches(self, features: dict, batch_size: int, shard_index: int, shard_count: int):
+    """Every feature of this shard once, in fixed-shape batches (padding rows: index -1)."""
+    n = len(features["input_ids"])
     indices = loader.eval_shard_indices(n, batch_size, shard_index, shard_count)
     ds = grain.MapDataset.range(len(indices) // batch_size)
     ds = ds.map(loader.EvalKeys(indices, batch_size))
-    return iter(ds.map(_Rows(self.eval_features, self.fields)).to_iter_dataset())
+    return iter(ds.map(_Rows(features, self.fields)).to_iter_dataset())
 
   # ----------------------------------------------------------------- params
   def dummy_batch(self, batch_size: int, seq_len: int, num_predictions: int = 0) -> dict:
@@ -249,12 +275,14 @@ class FinetuneTask:
     return ratios
 
   def flops_per_example(self, seq_len: int, num_predictions: int = 0) -> float:
-    """Encoder matmul FLOPs of one example, forward + backward (3x forward)."""
+    """Training FLOPs (3x forward) of one example: the encoder's and the head's."""
     del num_predictions
-    c = self.model_config
-    d, width = c.hidden_size, c.num_heads * c.d_head
-    per_token = c.num_layers * (2 * 4 * d * width + 4 * d * c.d_mlp + 4 * seq_len * width)
-    return 3.0 * seq_len * per_token
+    return 3.0 * (seq_len * self.model_config.flops_per_token(seq_len)
+                  + self.head_flops(seq_len))
+
+  def head_flops(self, seq_len: int) -> float:
+    """Forward matmul FLOPs of the head on one example (subclasses)."""
+    raise NotImplementedError
 
   # ------------------------------------------------------------- evaluation
   def predict_outputs(self, out, batch) -> dict:

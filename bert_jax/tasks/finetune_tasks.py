@@ -94,8 +94,18 @@ class ClassificationTask(FinetuneTask):
         examples, self.tokenizer, self.seq_len, self.label_list, self.regression,
         allow_unlabeled=unlabeled, source=source)
 
+  def read_unlabeled(self, path):
+    d = self.config.data
+    return readers.read_classification_file(path, d.text_a_key, d.text_b_key or None, None,
+                                            d.file_format or None)
+
   def train_label_ids(self, features):
     return None if self.regression else (features["labels"], self.num_labels)
+
+  def head_flops(self, seq_len):
+    d = self.model_config.hidden_size
+    pooler = 2 * d * d if self.config.get("pooling", "cls") == "cls" else 0
+    return pooler + 2 * d * self.num_labels
 
   def loss_parts(self, out, batch):
     w = self.row_weights(batch)
@@ -189,8 +199,14 @@ class NerTask(FinetuneTask):
     return ner_lib.featurize_ner(examples, self.tokenizer, self.seq_len, self.label_list,
                                  allow_unlabeled=unlabeled, source=source)
 
+  def read_unlabeled(self, path):
+    return readers.read_ner_input(path)
+
   def train_label_ids(self, features):
     return features["labels"][features["label_weights"] > 0], len(self.label_list)
+
+  def head_flops(self, seq_len):
+    return seq_len * 2 * self.model_config.hidden_size * len(self.label_list)
 
   def row_weights(self, batch):  # [batch, len]: first sub-tokens of real rows
     return batch["label_weights"].astype(jnp.float32) * batch["example_weight"][:, None]
@@ -263,6 +279,12 @@ class SquadTask(FinetuneTask):
     d = self.config.data
     return squad_lib.featurize_squad(examples, self.tokenizer, self.seq_len, d.doc_stride,
                                      d.max_query_length, training, source=source)
+
+  def read_unlabeled(self, path):
+    return readers.read_squad_json(path)
+
+  def head_flops(self, seq_len):
+    return seq_len * 2 * self.model_config.hidden_size * 2
 
   def loss_parts(self, out, batch):
     w = self.row_weights(batch)

@@ -13,8 +13,8 @@ existing output file as it was.
 """
 from __future__ import annotations
 
+import functools
 import os
-import pathlib
 
 import flax.linen as nn
 import jax
@@ -23,17 +23,17 @@ import numpy as np
 
 from bert_jax import checkpoint
 from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan
-from bert_jax.tasks import readers
 from bert_jax.tasks.finetune_tasks import dumps
-from bert_jax.tasks.ner import NerExample
-from bert_jax.tasks.skiplog import SkipLog
+from bert_jax.train import steps
 from bert_jax.train.writer import log
 
 
-def _checkpoint_step_dir(workdir: str, best_metric: str, best_mode: str) -> str:
-  """workdir/checkpoints/<step> of the best (by best_metric) or else newest checkpoint."""
+def checkpoint_step_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
+  """workdir/checkpoints/<step> of the best (by train.best_metric) or else newest checkpoint."""
+  best_metric = config.train.get("best_metric") or ""
   ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False,
-                                 best_metric=best_metric or None, best_mode=best_mode)
+                                 best_metric=best_metric or None,
+                                 best_mode=config.train.get("best_mode", "max"))
   try:
     step = ckpt.manager.best_step() if best_metric else None
     step = step if step is not None else ckpt.latest_step()
@@ -45,58 +45,25 @@ def _checkpoint_step_dir(workdir: str, best_metric: str, best_mode: str) -> str:
   return os.path.join(workdir, "checkpoints", str(step))
 
 
-def _read_ner_input(path: str):
-  if path.endswith((".jsonl", ".json")):
-    return readers.read_ner_jsonl(path, tags_key=None)
-  log_ = SkipLog(path)
-  examples = []
-  for n, line in enumerate(pathlib.Path(path).read_text(encoding="utf-8").splitlines(), 1):
-    if line.strip():
-      examples.append(NerExample(line.split(), None, f"{os.path.basename(path)}:{n}"))
-    else:
-      log_.skip("empty_text", f"line {n}")
-  log_.kept = len(examples)
-  return examples, log_
-
-
-def read_input(task, path: str):
-  """(examples, features) of an unlabeled input file for `task`."""
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"predict.input_file {path} does not exist.")
-  d = task.config.data
-  if task.name == "classification":
-    examples, read_log = readers.read_classification_file(
-        path, d.text_a_key, d.text_b_key or None, None, d.file_format or None)
-  elif task.name == "ner":
-    examples, read_log = _read_ner_input(path)
-  else:
-    examples, read_log = readers.read_squad_json(path)
-  features, feat_log = task.featurize(examples, False, source=path, unlabeled=True)
-  read_log.merge(feat_log).kept = feat_log.kept
-  log(f"predict: {read_log.summary()}")
-  if not len(features["input_ids"]):
-    raise ValueError(f"predict: no usable records in {path} (see the summary above).")
-  return examples, features
-
-
-def predict(config: ml_collections.ConfigDict, workdir: str) -> str:
-  """Writes config.predict.output_file (default workdir/predictions.jsonl); returns its path."""
-  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
-  tc = config.train
-  step_dir = _checkpoint_step_dir(workdir, tc.get("best_metric") or "",
-                                  tc.get("best_mode", "max"))
-  # The task is rebuilt from the checkpoint itself: its encoder config and tokenizer.
+def task_config(config: ml_collections.ConfigDict, step_dir: str) -> ml_collections.ConfigDict:
+  """The config of the task to predict with: its encoder and tokenizer from `step_dir`."""
   cfg = ml_collections.ConfigDict(config.to_dict())
   cfg.init_from = step_dir
-  task = registry.get_task(cfg)
+  return cfg
+
+
+def predict(config: ml_collections.ConfigDict, workdir: str, task, step_dir: str) -> str:
+  """Writes config.predict.output_file (default workdir/predictions.jsonl); returns its path.
+
+  `task` is a HostScored task built from `task_config(config, step_dir)`.
+  """
   _, params, _ = checkpoint.load_params_for_inference(step_dir)
   params = unrolled_to_scan(params) if task.model_config.scan_layers else \
       scan_to_unrolled(params)
-  examples, features = read_input(task, config.predict.input_file)
+  examples, features = task.read_input(config.predict.input_file)
 
-  # The eval machinery serves the batches: every record once, fixed shapes (one compile).
-  task.eval_features = features
-  batches = list(task.eval_iterator({}, int(config.predict.batch_size), 0, 1))
+  # Fixed-shape batches, every record once: one compile.
+  batches = list(task.predict_batches(features, int(config.predict.batch_size)))
   # A head of another shape (other labels, pooling) than this config's: a clear error.
   abstract = jax.eval_shape(lambda b: task.init(jax.random.key(0), b), batches[0])["params"]
   try:
@@ -105,7 +72,7 @@ def predict(config: ml_collections.ConfigDict, workdir: str) -> str:
     raise checkpoint.CheckpointMismatchError(
         f"{e}\n(predict with the config the workdir was trained with: same labels, "
         "pooling and model.)") from None
-  fn = jax.jit(lambda p, b: task.predict_outputs(task.apply(p, b, None, train=False), b))
+  fn = jax.jit(functools.partial(steps.predict_step, task=task))
   outputs = [jax.device_get(fn(params, batch)) for batch in batches]
   outputs = {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
 

@@ -30,9 +30,13 @@ class PretrainingTask:
   """MLM + NSP (google-research/bert) or MLM only (RoBERTa-style packed rows)."""
 
   name = "bert_pretraining"
+  host_scored = False
+  summary_keys = ("loss", "mlm_accuracy", "nsp_accuracy")
+  progress_labels = (("mlm_accuracy", "mlm_acc"), ("nsp_accuracy", "nsp_acc"))
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config
+    self.tokenizer_dir = None  # set by prepare(): the directory of the vocabulary
     self.nsp = config.data.mode == "nsp"
     self.model_config = model_config_from(config)
     self.model = BertForPreTraining(self.model_config, nsp=self.nsp)
@@ -67,6 +71,10 @@ class PretrainingTask:
       raise ValueError(f"the vocabulary has {first.vocab_size} tokens but the model's "
                        f"vocab_size is {self.model_config.vocab_size}; set "
                        "config.model.vocab_size accordingly.")
+
+  def steps_per_epoch(self, batch_size: int) -> int:
+    """Steps of one pass over the first phase's train instances (train.num_epochs)."""
+    return max(1, -(-next(iter(self._prepared.values())).num_examples["train"] // batch_size))
 
   def train_iterator(self, phase: dict, batch_size: int, shard_index: int, shard_count: int,
                      seed: int):
@@ -170,19 +178,15 @@ class PretrainingTask:
 
   # ---------------------------------------------------------------- FLOPs
   def flops_per_example(self, seq_len: int, num_predictions: int) -> float:
-    """Model FLOPs (forward + backward = 3x forward) of one example; matmuls only.
+    """Training FLOPs (forward + backward = 3x forward) of one example; matmuls only.
 
-    Per layer: QKV + output projections 4·d², FFN 2·d·f, per token; attention scores and
-    the weighted sum 2·T·d per token. Heads: pooler + NSP on [CLS], MLM transform and the
-    vocabulary projection at the P masked positions only. A multiply-add is 2 FLOPs.
+    The encoder's come from the model config; the heads add the pooler + NSP on [CLS]
+    and the MLM transform + vocabulary projection at the P masked positions only.
     """
     c = self.model_config
-    d, f, layers, vocab = c.hidden_size, c.d_mlp, c.num_layers, c.vocab_size
-    attn_width = c.num_heads * c.d_head
-    per_token = layers * (2 * (3 * d * attn_width + attn_width * d) + 2 * 2 * d * f
-                          + 2 * 2 * seq_len * attn_width)
+    d, vocab = c.hidden_size, c.vocab_size
     heads = num_predictions * 2 * (d * d + d * vocab) + 2 * (d * d + 2 * d)
-    return 3.0 * (seq_len * per_token + heads)
+    return 3.0 * (seq_len * c.flops_per_token(seq_len) + heads)
 
 
 def _prepare_in_order(prepare_fn, cfg):

@@ -198,6 +198,23 @@ def read_ner_jsonl(path, words_key: str = "tokens", tags_key: Optional[str] = "t
   return examples, log
 
 
+def read_ner_input(path) -> tuple[list[NerExample], SkipLog]:
+  """Unlabeled NER input: JSONL of {"tokens": [...]} (.jsonl/.json), else plain text with
+  one sentence per line split on whitespace. Skip reason: empty_text (blank lines)."""
+  if str(path).endswith((".jsonl", ".json")):
+    return read_ner_jsonl(path, tags_key=None)
+  path = pathlib.Path(path)
+  log = SkipLog(str(path))
+  examples = []
+  for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    if line.strip():
+      examples.append(NerExample(line.split(), None, f"{path.name}:{n}"))
+    else:
+      log.skip("empty_text", f"line {n}")
+  log.kept = len(examples)
+  return examples, log
+
+
 def read_conll_file(path, tag_column: int = -1) -> tuple[list[NerExample], SkipLog]:
   """CoNLL column files (word first, tag in `tag_column`); blank lines end sentences,
   -DOCSTART- lines are dropped. Skip reason: malformed_line (a sentence with a line

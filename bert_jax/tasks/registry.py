@@ -1,44 +1,70 @@
-"""config.task -> task object. New tasks register here and plug into the same loop."""
+"""config.task -> the task, and the one dispatcher: predict, a trainer of its own, or the loop.
+
+`main.py` parses flags and calls `run(config, workdir)`; nothing else chooses what runs.
+A new task implements the Protocol of `tasks/base.py` in its own room (tasks/<family>/)
+and adds one line to TASKS; the shared loop then trains it.
+"""
 from __future__ import annotations
+
+import importlib
 
 import ml_collections
 
-# name -> (module, class or function). Imported lazily so one task's deps don't load others'.
+# name -> (module, class). Imported lazily so one task's deps don't load others'.
 TASKS = {
     "bert_pretraining": ("bert_jax.tasks.pretraining", "PretrainingTask"),
     "classification": ("bert_jax.tasks.finetune_tasks", "ClassificationTask"),
     "ner": ("bert_jax.tasks.finetune_tasks", "NerTask"),
     "squad": ("bert_jax.tasks.finetune_tasks", "SquadTask"),
 }
-# Tasks with a loop of their own (sparse updates etc.): name -> (module, train_and_evaluate)
-STANDALONE = {
+# Trainers with a loop of their own (sparse updates, no TrainState): name -> (module, fn).
+TRAINERS = {
     "word2vec": ("bert_jax.tasks.word2vec", "train_and_evaluate"),
 }
+MODES = ("train", "predict")
 
 
 def _load(module: str, attr: str):
-  import importlib  # pylint: disable=g-import-not-at-top
   return getattr(importlib.import_module(module), attr)
 
 
+def task_class(name: str):
+  if name not in TASKS:
+    raise ValueError(f"config.task={name!r} has no task class; known: "
+                     f"{sorted(TASKS) + sorted(TRAINERS)}")
+  return _load(*TASKS[name])
+
+
 def get_task(config: ml_collections.ConfigDict):
-  if config.task not in TASKS:
-    raise ValueError(f"config.task={config.task!r} has no task class; known: "
-                     f"{sorted(TASKS) + sorted(STANDALONE)}")
-  return _load(*TASKS[config.task])(config)
+  """The task object of `config.task` (a tasks/base.py Task)."""
+  return task_class(config.task)(config)
 
 
-def standalone_trainer(name: str, mode: str = "train"):
-  """The function main runs instead of the shared loop, or None.
+def run(config: ml_collections.ConfigDict, workdir: str):
+  """Runs what the config asks for in `workdir`; returns the runner's result.
 
-  mode "predict" (fine-tuning configs) writes predictions with a trained workdir.
+  config.mode "predict" (HostScored tasks): predictions for config.predict.input_file
+  with the workdir's best checkpoint; a name in TRAINERS: its own trainer; else the
+  shared loop, `train_and_evaluate(config, workdir, task)`.
   """
+  mode = config.get("mode", "train")
+  if mode not in MODES:
+    raise ValueError(f"config.mode={mode!r}; expected one of {MODES}.")
   if mode == "predict":
-    if name not in FINETUNING:
-      raise ValueError(f"config.mode='predict' is for the fine-tuning tasks {FINETUNING}, "
-                       f"not {name!r}.")
-    return _load("bert_jax.tasks.predict", "predict")
-  return _load(*STANDALONE[name]) if name in STANDALONE else None
+    return _predict(config, workdir)
+  if config.task in TRAINERS:
+    return _load(*TRAINERS[config.task])(config, workdir)
+  task = get_task(config)
+  from bert_jax.train.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
+  return train_and_evaluate(config, workdir, task)
 
 
-FINETUNING = ("classification", "ner", "squad")
+def _predict(config: ml_collections.ConfigDict, workdir: str) -> str:
+  if config.task in TRAINERS or not task_class(config.task).host_scored:
+    raise ValueError(f"config.mode='predict' is for the host-scored tasks "
+                     f"{sorted(n for n in TASKS if task_class(n).host_scored)}, "
+                     f"not {config.task!r}.")
+  from bert_jax.tasks import predict  # pylint: disable=g-import-not-at-top
+  step_dir = predict.checkpoint_step_dir(config, workdir)
+  task = get_task(predict.task_config(config, step_dir))  # the checkpoint's encoder
+  return predict.predict(config, workdir, task, step_dir)

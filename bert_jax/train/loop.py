@@ -1,6 +1,7 @@
 """train_and_evaluate: mesh, sharded state, restore-or-init, the step loop, eval, saves.
 
-Sections: (1) mesh, task, optimizer; (2) abstract state -> shardings -> sharded init;
+The task arrives built (tasks/registry.py), and the loop relies only on the Protocol
+of tasks/base.py (this package never imports tasks/). Sections: (1) mesh, optimizer; (2) abstract state -> shardings -> sharded init;
 (3) restore (workdir checkpoint -> init_from -> scratch); (4) jit the steps once;
 (5) the loop with metrics, eval, checkpoints and preemption; (6) the final summary.
 """
@@ -92,7 +93,36 @@ def _meta(config, task, phase: int) -> dict:
   import dataclasses  # pylint: disable=g-import-not-at-top
   return {"task": task.name, "phase": phase, "config": config.to_dict(),
           "model_config": dataclasses.asdict(task.model_config),
-          "tokenizer_dir": getattr(task, "tokenizer_dir", None)}
+          "tokenizer_dir": task.tokenizer_dir}
+
+
+def _step_cost(task, phase: dict, batch_size: int) -> tuple[int, float]:
+  """(tokens, model FLOPs) of one train step of `phase`."""
+  shapes = task.phase_shapes(phase)
+  return (batch_size * shapes["seq_len"],
+          batch_size * task.flops_per_example(shapes["seq_len"], shapes["num_predictions"]))
+
+
+class _Window:
+  """The train steps since the last log line: their metrics, tokens and FLOPs.
+
+  Tokens and FLOPs are counted per step, so a window that spans a sequence-length
+  phase switch reports each step at its own length.
+  """
+
+  def __init__(self, t0: float):
+    self.t0, self.metrics, self.tokens, self.flops = t0, [], 0, 0.0
+
+  def add(self, metrics, tokens: int, flops: float) -> None:
+    self.metrics.append(metrics)
+    self.tokens += tokens
+    self.flops += flops
+
+  def rates(self, now: float, batch_size: int, num_devices: int, peak: float) -> dict:
+    dt, n = now - self.t0, len(self.metrics)
+    return {"seq_per_sec": batch_size * n / dt, "tokens_per_sec": self.tokens / dt,
+            "step_time": dt / n,
+            "mfu": metrics_lib.mfu(self.flops / n, dt / n, num_devices, peak)}
 
 
 def _sum_trees(trees):
@@ -102,11 +132,10 @@ def _sum_trees(trees):
 def evaluate(p_eval, task, params, iterator, num_batches: int, to_global) -> dict:
   """Runs eval_step over up to num_batches batches; ratios of the summed terms.
 
-  A task with `host_metrics` (fine-tuning) gets its per-row outputs of the whole split
-  instead (p_eval is then the jitted predict_step), scored on the host by the task's
-  official metric definitions (accuracy, F1, MCC, seqeval F1, SQuAD EM/F1, ...).
+  A host-scored task (fine-tuning) gets its per-row outputs of the whole split instead
+  (p_eval is then the jitted predict_step), scored on the host by the task's official
+  metric definitions (accuracy, F1, MCC, seqeval F1, SQuAD EM/F1, ...).
   """
-  host = hasattr(task, "host_metrics")
   results = []
   for i, batch in enumerate(iterator):
     if num_batches and i >= num_batches:
@@ -114,7 +143,7 @@ def evaluate(p_eval, task, params, iterator, num_batches: int, to_global) -> dic
     results.append(p_eval(params, to_global(batch)))
   if not results:
     return {}
-  if host:
+  if task.host_scored:
     rows = [_to_host(r) for r in results]
     outputs = {k: np.concatenate([r[k] for r in rows]) for k in rows[0]}
     return {k: float(v) for k, v in task.host_metrics(outputs).items()}
@@ -142,13 +171,12 @@ def _step_counts(tc, task) -> tuple[int, int, int]:
           int(tc.checkpoint_every or per_epoch))
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains `config.task` in `workdir`, resuming from its checkpoints. Returns final metrics."""
-  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) -> dict:
+  """Trains `task` (a tasks/base.py Task built from `config`) in `workdir`, resuming from
+  its checkpoints. Returns the final metrics."""
   tc = config.train
   # ---------------------------------------------------------------- (1) setup
   mesh = parallel.create_mesh(tuple(config.mesh_shape))
-  task = registry.get_task(config)
   nproc, pidx = jax.process_count(), jax.process_index()
   if tc.batch_size % parallel.data_parallel_size(mesh) or tc.batch_size % nproc:
     raise ValueError(f"train.batch_size={tc.batch_size} must divide over the "
@@ -161,9 +189,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   tx, schedule = optim.make_optimizer(tc, total_steps)
   plan = _phase_plan(config, total_steps)
 
-  def to_global(batch):
-    return {k: jax.make_array_from_process_local_data(
-        parallel.batch_sharding(mesh, np.ndim(v)), np.asarray(v)) for k, v in batch.items()}
+  to_global = functools.partial(parallel.host_to_global, mesh=mesh)
 
   # --------------------------------------------------- (2) sharded state
   dummy = task.dummy_batch(tc.batch_size, **task.phase_shapes(plan[0][2]))
@@ -201,7 +227,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule,
                         accum_steps=int(tc.grad_accum_steps)),
       in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,))
-  eval_fn = steps.predict_step if hasattr(task, "host_metrics") else steps.eval_step
+  eval_fn = steps.predict_step if task.host_scored else steps.eval_step
   p_eval = jax.jit(functools.partial(eval_fn, task=task), in_shardings=(state_sh.params, None))
 
   peak = float(tc.get("peak_flops_per_device") or metrics_lib.measured_peak_flops(
@@ -214,25 +240,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   writer.write_text("config", "```\n" + config.to_json_best_effort(indent=1) + "\n```")
 
   # --------------------------------------------------- (5) the loop
-  window, window_t0, window_steps = [], time.perf_counter(), 0
-  history, last_eval, summary = [], {}, {}
+  window = _Window(time.perf_counter())
+  last_eval, summary = {}, {}
   first_metrics = None
   loop_t0, loop_step0 = time.perf_counter(), start_step
   step = start_step
+  step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
   with _Preemption() as preempt, mesh:
     while step < total_steps:
       if _phase_of(plan, step) != phase:
         phase = _phase_of(plan, step)
         train_iter = task.train_iterator(plan[phase][2], host_batch, pidx, nproc, config.seed)
+        step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
         log(f"phase {phase}: {plan[phase][2]}")
       batch = to_global(next(train_iter))
       state, m = p_train(state, batch)
       step += 1
-      window.append(m)
-      window_steps += 1
+      window.add(m, *step_cost)
 
       if step % tc.log_every == 0 or step == total_steps or preempt.requested:
-        got = jax.device_get(window)
+        got = jax.device_get(window.metrics)
         bad = [step - len(got) + i + 1 for i, x in enumerate(got) if x["finite"] < 1]
         if bad and not tc.skip_nonfinite:
           ckpt.wait()
@@ -243,23 +270,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         good = [x for x in got if x["finite"] >= 1] or got
         avg = {k: float(np.mean([x[k] for x in good])) for k in good[0] if k != "finite"}
         avg["skipped_steps"] = float(len(bad))
-        dt = time.perf_counter() - window_t0
-        shapes = task.phase_shapes(plan[phase][2])
-        seqs = tc.batch_size * window_steps
-        avg["seq_per_sec"] = seqs / dt
-        avg["tokens_per_sec"] = seqs * shapes["seq_len"] / dt
-        avg["step_time"] = dt / window_steps
-        flops = tc.batch_size * task.flops_per_example(shapes["seq_len"],
-                                                       shapes["num_predictions"])
-        avg["mfu"] = metrics_lib.mfu(flops, avg["step_time"], jax.device_count(), peak)
+        avg.update(window.rates(time.perf_counter(), tc.batch_size, jax.device_count(), peak))
         if first_metrics is None:
           first_metrics = dict(avg)
         writer.write_scalars(step, avg)
         rate = (step - loop_step0) / max(time.perf_counter() - loop_t0, 1e-9)
-        log(progress_line(step, total_steps, avg, (total_steps - step) / max(rate, 1e-9)))
-        history.append(avg)
+        log(progress_line(step, total_steps, avg, (total_steps - step) / max(rate, 1e-9),
+                          task.progress_labels))
         summary = avg
-        window, window_t0, window_steps = [], time.perf_counter(), 0
+        window = _Window(time.perf_counter())
 
       # Eval and saves are off the training clock: the next window's step time and
       # MFU measure training steps only.
@@ -277,7 +296,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         # Only a checkpoint scored at its own step carries metrics (and can be "best").
         ckpt.save(step, state, _meta(config, task, phase), train_iter,
                   metrics=last_eval if scored_now else None)
-      window_t0 += time.perf_counter() - paused  # (the ETA's rate keeps them: real time)
+      window.t0 += time.perf_counter() - paused  # (the ETA's rate keeps them: real time)
       if preempt.requested:
         log(f"SIGTERM: saved step {step} in {ckpt.directory}; exiting.")
         break
@@ -290,5 +309,5 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if first_metrics and summary:
     log("summary: " + ", ".join(
         f"{k} {first_metrics[k]:.4f} -> {summary[k]:.4f}"
-        for k in ("loss", "mlm_accuracy", "nsp_accuracy", "accuracy") if k in summary))
+        for k in task.summary_keys if k in summary))
   return result

@@ -45,12 +45,15 @@ class MetricWriter:
       self._jsonl.close()
 
 
-def progress_line(step: int, total: int, scalars: dict, eta_seconds: float | None) -> str:
-  """`step 120/2000 | loss 6.12 | mlm_acc 0.081 | ... | 1520 seq/s | ETA 3m05s`."""
-  show = [("loss", "loss", "{:.4f}"), ("mlm_accuracy", "mlm_acc", "{:.3f}"),
-          ("nsp_accuracy", "nsp_acc", "{:.3f}"), ("accuracy", "acc", "{:.3f}"),
-          ("learning_rate", "lr", "{:.2e}"), ("grad_norm", "gnorm", "{:.2f}"),
-          ("seq_per_sec", "seq/s", "{:.0f}"), ("mfu", "mfu", "{:.1%}")]
+def progress_line(step: int, total: int, scalars: dict, eta_seconds: float | None,
+                  labels: tuple[tuple[str, str], ...] = ()) -> str:
+  """`step 120/2000 | loss 6.12 | mlm_acc 0.081 | ... | 1520 seq/s | ETA 3m05s`.
+
+  labels: the task's (metric, short label) pairs, shown after the loss (3 decimals).
+  """
+  show = ([("loss", "loss", "{:.4f}")] + [(k, label, "{:.3f}") for k, label in labels]
+          + [("learning_rate", "lr", "{:.2e}"), ("grad_norm", "gnorm", "{:.2f}"),
+             ("seq_per_sec", "seq/s", "{:.0f}"), ("mfu", "mfu", "{:.1%}")])
   parts = [f"step {step}/{total}"]
   parts += [f"{label} {fmt.format(scalars[k])}" for k, label, fmt in show if k in scalars]
   if eta_seconds is not None:

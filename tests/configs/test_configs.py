@@ -29,7 +29,7 @@ def test_config_builds_and_documents_its_command(name, arg):
   module = load(name)
   config = module.get_config(arg)
   assert f"configs/{name}.py" in module.__doc__ and "bert_jax.main" in module.__doc__
-  assert config.task in registry.TASKS or config.task in registry.STANDALONE
+  assert config.task in registry.TASKS or config.task in registry.TRAINERS
   config.lock()
   with pytest.raises(AttributeError):
     config.train.no_such_field = 1  # a misspelled override cannot slip through

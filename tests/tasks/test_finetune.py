@@ -12,7 +12,6 @@ import pytest
 
 from bert_jax.interop import hf
 from bert_jax.tasks import registry
-from bert_jax.tasks.predict import predict
 from bert_jax.train import loop
 from bert_jax.train.defaults import finetune_config
 
@@ -74,7 +73,7 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path)
   c.train.class_weights = "inverse_frequency"
   c.train.focal_gamma = 2.0
   c.train.layerwise_lr_decay = 0.8
-  result = loop.train_and_evaluate(c, str(tmp_path))
+  result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
   assert result["step"] == 4  # 16 examples, batch 8: 2 steps per epoch
   for key in ("eval/accuracy", "eval/macro_f1", "eval/precision/pos", "eval/recall/neg"):
     assert 0.0 <= result[key] <= 1.0, key
@@ -91,7 +90,7 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path)
   inputs.write_text('sentence\n"A fine, funny film."\n""\nDull.\n', encoding="utf-8")
   c.mode = "predict"
   c.predict.input_file = str(inputs)
-  out = predict(c, str(tmp_path))
+  out = registry.run(c, str(tmp_path))
   rows = [json.loads(line) for line in open(out, encoding="utf-8")]
   assert [r["text_a"] for r in rows] == ["A fine, funny film.", "Dull."]  # empty: skipped
   for r in rows:
@@ -101,7 +100,7 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path)
   from bert_jax.checkpoint import CheckpointMismatchError  # pylint: disable=g-import-not-at-top
   c.pooling = "mean"
   with pytest.raises(CheckpointMismatchError, match="unexpected in checkpoint.*pooler"):
-    predict(c, str(tmp_path))
+    registry.run(c, str(tmp_path))
 
 
 tf = pytest.importorskip("tensorflow")
@@ -112,7 +111,7 @@ from tests.tasks.test_tfds_readers import records_mock  # noqa: E402  pylint: di
 def test_glue_sst2_one_real_training_run_under_mock_data(tmp_path):
   c = tiny("classification", "glue/sst2", "accuracy")
   with tfds.testing.mock_data(num_examples=16):
-    result = loop.train_and_evaluate(c, str(tmp_path))
+    result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
   assert result["step"] == 2 and np.isfinite(result["loss"])
   assert 0.0 <= result["eval/accuracy"] <= 1.0
 
@@ -125,7 +124,7 @@ def test_conll2003_one_real_training_run_under_mock_data(tmp_path):
               "ner": [tags.index(t) for t in t_]} for w, t_ in sentences]
   c = tiny("ner", "conll2003", "f1", eval_split="dev")
   with records_mock(records):
-    result = loop.train_and_evaluate(c, str(tmp_path))
+    result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
   assert result["step"] == 1 and np.isfinite(result["loss"])
   assert 0.0 <= result["eval/f1"] <= 1.0 and 0.0 <= result["eval/precision"] <= 1.0
 
@@ -139,7 +138,7 @@ def test_squad_one_real_training_run_under_mock_data(tmp_path):
   with records_mock(records):
     task = registry.get_task(c)
     task.prepare(str(tmp_path / "probe"))
-    result = loop.train_and_evaluate(c, str(tmp_path / "run"))
+    result = loop.train_and_evaluate(c, str(tmp_path / "run"), registry.get_task(c))
   windows = task.train_features["example_index"]
   assert len(windows) > len(records)  # the 32-token rows split each context (doc stride)
   assert result["step"] == -(-len(windows) // 8)  # one epoch of windows, batch 8
@@ -155,7 +154,7 @@ def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatc
   c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
            eval_file=csv_files[1], labels="neg,pos")
   c.train.num_epochs = 3.0  # 6 steps of 8 (16 examples)
-  loop.train_and_evaluate(c, str(tmp_path / "whole"))
+  loop.train_and_evaluate(c, str(tmp_path / "whole"), registry.get_task(c))
 
   write = writer_lib.MetricWriter.write_scalars
 
@@ -165,10 +164,10 @@ def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatc
       os.kill(os.getpid(), signal.SIGTERM)  # the loop saves step 3 and stops
 
   monkeypatch.setattr(writer_lib.MetricWriter, "write_scalars", write_then_preempt)
-  first = loop.train_and_evaluate(c, str(tmp_path / "cut"))
+  first = loop.train_and_evaluate(c, str(tmp_path / "cut"), registry.get_task(c))
   assert first["preempted"] and first["step"] == 3
   monkeypatch.setattr(writer_lib.MetricWriter, "write_scalars", write)
-  loop.train_and_evaluate(c, str(tmp_path / "cut"))
+  loop.train_and_evaluate(c, str(tmp_path / "cut"), registry.get_task(c))
 
   def losses(d):
     return {r["step"]: r["loss"] for r in _records(d) if "loss" in r}

@@ -14,6 +14,7 @@ import pytest
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import parallel
 from bert_jax.tasks.pretraining import PretrainingTask
+from bert_jax.tasks import registry
 from bert_jax.train import loop, optim
 from tests.train.conftest import random_batch, tiny_config
 
@@ -48,7 +49,8 @@ def data_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def uninterrupted(data_dir, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("uninterrupted"))
-  result = loop.train_and_evaluate(e2e_config(data_dir), workdir)
+  config = e2e_config(data_dir)
+  result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
   return workdir, result
 
 
@@ -204,7 +206,7 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_checkpoints(data_dir, tm
   config.train.checkpoint_every = 1
   config.mesh_shape = (8, 1, 1)
   with pytest.raises(loop.NonFiniteLossError, match=r"non-finite loss or gradient at step \d"):
-    loop.train_and_evaluate(config, str(tmp_path))
+    loop.train_and_evaluate(config, str(tmp_path), registry.get_task(config))
   steps = ckpt_lib.Checkpointer(str(tmp_path / "checkpoints")).all_steps()
   assert steps and 6 not in steps  # what was saved before stays; the run did not finish
 

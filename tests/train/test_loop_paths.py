@@ -16,6 +16,7 @@ import pytest
 
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax.tasks.pretraining import PretrainingTask
+from bert_jax.tasks import registry
 from bert_jax.train import loop, optim, steps
 from tests.train.test_loop import e2e_config
 
@@ -84,7 +85,8 @@ def evaluated(data_dir, tmp_path_factory):
   config = paths_config(data_dir, 6, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
                         best_metric="mlm_loss", best_mode="min", learning_rate=0.3)
   assert config.train.async_checkpoints
-  return config, workdir, loop.train_and_evaluate(config, workdir)
+  result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
+  return config, workdir, result
 
 
 def test_periodic_eval_and_train_metrics(evaluated):
@@ -147,7 +149,7 @@ def test_skip_nonfinite_skips_the_step_and_finishes(data_dir, tmp_path, monkeypa
 
   monkeypatch.setattr(steps, "train_step", poisoned)
   config = paths_config(data_dir, 6, log_every=3, skip_nonfinite=True)
-  result = loop.train_and_evaluate(config, str(tmp_path))
+  result = loop.train_and_evaluate(config, str(tmp_path), registry.get_task(config))
   assert result["step"] == 6 and not result["preempted"]
   train = _train_rows(str(tmp_path))
   assert sorted(train) == [3, 6]
@@ -175,7 +177,7 @@ def test_lamb_lowers_the_loss_and_checkpoints_its_state(data_dir, tmp_path):
   # Batches of 32 keep the per-step loss steady enough to compare step 8 with step 1.
   config = paths_config(data_dir, 8, optimizer="lamb", learning_rate=0.2, warmup_steps=0,
                         schedule="constant", batch_size=32)
-  loop.train_and_evaluate(config, str(tmp_path))
+  loop.train_and_evaluate(config, str(tmp_path), registry.get_task(config))
   losses = {s: r["loss"] for s, r in _train_rows(str(tmp_path)).items()}
   assert sorted(losses) == list(range(1, 9))
   assert losses[8] < losses[1] - 0.3, losses
@@ -191,7 +193,7 @@ def test_sequence_length_phases_switch_the_batch_shape(data_dir, tmp_path, capsy
       dict(fraction=0.5, max_seq_length=16, max_predictions_per_seq=4),
       dict(fraction=0.5, max_seq_length=32, max_predictions_per_seq=6)))
   config.model.max_len = 32
-  result = loop.train_and_evaluate(config, str(tmp_path))
+  result = loop.train_and_evaluate(config, str(tmp_path), registry.get_task(config))
   assert result["step"] == 8
   out = capsys.readouterr().out
   assert "phase 1: " in out and "'max_seq_length': 32" in out
@@ -204,7 +206,7 @@ def test_sequence_length_phases_switch_the_batch_shape(data_dir, tmp_path, capsy
 def test_mlm_packed_trains_without_nsp(data_dir, tmp_path):
   config = paths_config(data_dir, 4, eval_every=4)
   config.data.mode = "mlm_packed"
-  result = loop.train_and_evaluate(config, str(tmp_path))
+  result = loop.train_and_evaluate(config, str(tmp_path), registry.get_task(config))
   assert result["step"] == 4
   train = _train_rows(str(tmp_path))
   assert sorted(train) == [1, 2, 3, 4]
@@ -219,7 +221,6 @@ def test_mlm_packed_trains_without_nsp(data_dir, tmp_path):
 
 def test_fine_tunes_from_our_pretraining_checkpoint(evaluated, tmp_path):
   """Pretrain -> fine-tune: init_from one of our workdirs gives its encoder and tokenizer."""
-  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   from bert_jax.train.defaults import finetune_config  # pylint: disable=g-import-not-at-top
   _, pretrain_dir, _ = evaluated
   rows = [("the cat sat", "a"), ("a dog ran far", "b")] * 8
@@ -235,6 +236,25 @@ def test_fine_tunes_from_our_pretraining_checkpoint(evaluated, tmp_path):
   _, saved, _ = ckpt_lib.load_params_for_inference(pretrain_dir)
   np.testing.assert_array_equal(task._pretrained["embeddings"]["token_embedder"]["embedding"],  # pylint: disable=protected-access
                                 saved["bert"]["embeddings"]["token_embedder"]["embedding"])
-  result = loop.train_and_evaluate(c, str(tmp_path / "ft"))
+  result = loop.train_and_evaluate(c, str(tmp_path / "ft"), registry.get_task(c))
   assert result["step"] == 2 and np.isfinite(result["loss"])
   assert 0.0 <= result["eval/accuracy"] <= 1.0
+
+
+def test_a_log_window_across_a_phase_switch_counts_each_step_at_its_length(data_dir, tmp_path):
+  """Steps 1-4 at 16 tokens, 5-8 at 32; the window logged at step 6 holds steps 4, 5, 6."""
+  config = paths_config(data_dir, 8, log_every=3, phases=(
+      dict(fraction=0.5, max_seq_length=16, max_predictions_per_seq=4),
+      dict(fraction=0.5, max_seq_length=32, max_predictions_per_seq=6)))
+  config.model.max_len = 32
+  task = registry.get_task(config)
+  loop.train_and_evaluate(config, str(tmp_path), task)
+  train = _train_rows(str(tmp_path))
+  assert sorted(train) == [3, 6, 8]
+  lengths = {3: (16, 16, 16), 6: (16, 32, 32), 8: (32, 32)}
+  preds = {16: 4, 32: 6}
+  for step, row in train.items():
+    n = len(lengths[step])
+    assert row["tokens_per_sec"] / row["seq_per_sec"] == pytest.approx(sum(lengths[step]) / n)
+    flops = sum(8 * task.flops_per_example(t, preds[t]) for t in lengths[step]) / n
+    assert row["mfu"] == pytest.approx(flops / row["step_time"] / (8 * PEAK))

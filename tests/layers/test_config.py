@@ -1,0 +1,24 @@
+"""TransformerConfig.flops_per_token against the PaLM paper's count (appendix B)."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.models.bert import BertModel
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(head_dim=8, mlp_dim=48, num_heads=3)])
+def test_flops_per_token_is_palm_6n_plus_12lhqt_over_three(kw):
+  """Training FLOPs per token = 6 N + 12 L H Q T (PaLM, Chowdhery et al. 2022, app. B),
+  N = the layer stack's matmul weights, counted from the real param tree."""
+  cfg = TransformerConfig(**{"vocab_size": 50, "hidden_size": 32, "num_layers": 3,
+                             "num_heads": 4, "mlp_dim": 64, "max_len": 64, **kw})
+  ids = jnp.zeros((1, 8), jnp.int32)
+  params = nn.unbox(jax.eval_shape(
+      lambda: BertModel(cfg, add_pooler=False).init(jax.random.key(0), ids)))["params"]
+  leaves = jax.tree_util.tree_leaves_with_path(params["encoder"])
+  n = sum(x.size for p, x in leaves if "kernel" in jax.tree_util.keystr(p))
+  for seq_len in (8, 128):
+    want = 6 * n + 12 * cfg.num_layers * cfg.num_heads * cfg.d_head * seq_len
+    assert 3 * cfg.flops_per_token(seq_len) == want
