@@ -57,7 +57,7 @@ def frozen_baseline() -> dict:
   from scipy import optimize  # pylint: disable=g-import-not-at-top
   from bert_jax import embed  # pylint: disable=g-import-not-at-top
   from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import readers  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.finetune.classification import data as readers  # pylint: disable=g-import-not-at-top
   from bert_jax.train.defaults import minilm_dir  # pylint: disable=g-import-not-at-top
   config, params, tokenizer = hf.load_for_inference(minilm_dir())
 

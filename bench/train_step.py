@@ -53,7 +53,7 @@ import optax  # noqa: E402
 
 from bert_jax import parallel  # noqa: E402
 from bert_jax.tasks.pretraining import PretrainingTask  # noqa: E402
-from bert_jax.train import metrics as metrics_lib  # noqa: E402
+from bert_jax.train import mfu  # noqa: E402
 from bert_jax.train import optim, steps  # noqa: E402
 from bert_jax.train.defaults import base_config, train_config  # noqa: E402
 from bert_jax.train.loop import create_sharded_state  # noqa: E402
@@ -222,7 +222,7 @@ class Peak:
     self.value = 0.0
 
   def measure(self):
-    self.value = max(self.value, metrics_lib.measured_peak_flops.__wrapped__("float32"))
+    self.value = max(self.value, mfu.measured_peak_flops.__wrapped__("float32"))
     return self.value
 
 
@@ -303,7 +303,7 @@ def print_rows(rows, peak: Peak):
   step_rows = [r for r in rows if r["case"] != "compile"]
   if step_rows:
     print(f"\nmeasured f32 matmul peak: {peak.value / 1e9:.1f} GFLOP/s "
-          f"(best of {metrics_lib.__name__}.measured_peak_flops over the run)")
+          f"(best of {mfu.__name__}.measured_peak_flops over the run)")
     print(f"{'case':6} {'system':28} {'batch':>5} {'seq':>4} {'step s':>8} {'seq/s':>8} "
           f"{'vs ref':>7} {'MFU':>6} {'ref own-FLOP util':>17} {'first loss':>10} "
           f"{'1st step s':>10}")

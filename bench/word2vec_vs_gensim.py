@@ -4,7 +4,7 @@
 
 Both train skip-gram with negative sampling (sg=1, hs=0, negative=5, vector_size=100,
 window=5, min_count=5, sample=1e-3, epochs=5, alpha 0.025 -> 1e-4; gensim with
-workers=2) on the same sentences (bert_jax.data.word2vec.embedded_corpus()), runs
+workers=2) on the same sentences (bert_jax.word2vec.data.embedded_corpus()), runs
 interleaved (ours, gensim, ours, ...) so both see the same background load.
 
 words/s is effective words per second of training, for both: effective words are the
@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bert_jax.tasks import word2vec as task  # noqa: E402  (before jax starts: see below)
+from bert_jax.word2vec import train as task  # noqa: E402  (before jax starts: see below)
 
 # One XLA thread, the other core for the host pipeline (what train_and_evaluate does when
 # it starts the backend itself; here the backend must start before anything else).
@@ -40,7 +40,7 @@ task.start_cpu_backend_single_threaded()
 import numpy as np  # noqa: E402
 from gensim.models import KeyedVectors, Word2Vec  # noqa: E402
 
-from bert_jax.data import word2vec as w2v_data  # noqa: E402
+from bert_jax.word2vec import data as w2v_data  # noqa: E402
 
 
 def load_config(path):

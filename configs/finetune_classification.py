@@ -15,7 +15,7 @@ Predict: add --config.mode=predict --config.predict.input_file=texts.csv.
 arg: polarity (default) | a GLUE task (cola, sst2, mrpc, qqp, stsb, mnli, qnli, rte,
 wnli) | file.
 """
-from bert_jax.tasks.glue import GLUE_TASKS
+from bert_jax.tasks.finetune.classification.glue import GLUE_TASKS
 from bert_jax.train.defaults import finetune_config
 
 

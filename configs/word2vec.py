@@ -7,7 +7,7 @@ Your own text (one sentence per line): --config.data.corpus=text \\
 The workdir gets TensorBoard events, metrics.jsonl and an Orbax checkpoint per epoch
 (checkpoints/); rerunning the same command resumes from the last one.
 Query the exported vectors:
-  python -m bert_jax.word2vec_query --vectors workdirs/word2vec/vectors.bin \\
+  python -m bert_jax.word2vec.query --vectors workdirs/word2vec/vectors.bin \\
     --neighbors king --analogy king,man,woman --topn 10
 The defaults are gensim's Word2Vec(sg=1, hs=0, negative=5, vector_size=100, window=5,
 min_count=5, sample=1e-3, alpha=0.025, min_alpha=1e-4, epochs=5).
@@ -48,7 +48,7 @@ def get_config(arg=None):
   c.train.keep_checkpoints = 3
   c.train.async_checkpoints = True
   # CPU only: one XLA thread, the other cores build batches (see
-  # tasks/word2vec.start_cpu_backend_single_threaded).
+  # word2vec/train.start_cpu_backend_single_threaded).
   c.train.single_thread_xla_cpu = True
 
   c.eval = ml_collections.ConfigDict()

@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import tensorflow_datasets as tfds
 
-from bert_jax.data import pretraining
+from bert_jax.data import instances
 
 Stats = collections.Counter
 
@@ -253,7 +253,7 @@ class DocumentsBuilder(_LocalBuilder, skip_registration=True):
 
   def _info(self):
     return tfds.core.DatasetInfo(
-        builder=self, description="Documents of sentences for BERT pretraining.",
+        builder=self, description="Documents of sentences for BERT instances.",
         features=tfds.features.FeaturesDict({"text": tfds.features.Text()}))
 
   def _split_generators(self, dl_manager):
@@ -329,7 +329,7 @@ class InstancesBuilder(_LocalBuilder, skip_registration=True):
   """
 
   def __init__(self, *, documents_dir: str, tokenizer_json: str,
-               settings: pretraining.InstanceSettings, processes: int = 1,
+               settings: instances.InstanceSettings, processes: int = 1,
                shard_documents: int = 256, splits=("train", "validation"), **kwargs):
     self._splits = tuple(splits)
     self._documents_dir = documents_dir
@@ -374,8 +374,8 @@ class InstancesBuilder(_LocalBuilder, skip_registration=True):
     counts = None
     processes = min(self._processes, len(bounds) - 1)  # no idle workers
     initargs = (self._tokenizer_json, self._settings, processes <= 1)
-    for shard in _bounded_ordered_map(pretraining.shard_instances, tasks(), processes,
-                                      pretraining.init_worker, initargs):
+    for shard in _bounded_ordered_map(instances.shard_instances, tasks(), processes,
+                                      instances.init_worker, initargs):
       stats.update(shard.stats)
       if shard.unigram_counts is not None:
         counts = shard.unigram_counts if counts is None else counts + shard.unigram_counts

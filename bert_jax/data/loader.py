@@ -36,7 +36,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
 from bert_jax.data import corpora
-from bert_jax.data import pretraining
+from bert_jax.data import instances
 from bert_jax.data import sampling
 from bert_jax.data import tokenizer as tokenizer_lib
 
@@ -214,7 +214,7 @@ def prepare(cfg, verbose: bool = True) -> PreparedData:
   # unless lowercase says otherwise.
   lowercase = cfg.lowercase if cfg.vocab_path else cfg.lowercase is not False
   tok = tokenizer_lib.load_tokenizer(vocab_path, lowercase)
-  settings = pretraining.InstanceSettings(
+  settings = instances.InstanceSettings(
       mode=cfg.mode, max_seq_length=cfg.max_seq_length, short_seq_prob=cfg.short_seq_prob,
       dupe_factor=cfg.dupe_factor, pack_across_documents=cfg.pack_across_documents,
       seed=cfg.seed)
@@ -339,7 +339,7 @@ class InstanceSource:
 class BatchMaker:
   """[B, 2] (epoch, instance index; -1 = padding example) -> a masked batch dict."""
 
-  def __init__(self, source: InstanceSource, masker: pretraining.Masker, max_seq_length: int,
+  def __init__(self, source: InstanceSource, masker: instances.Masker, max_seq_length: int,
                pad_id: int, nsp: bool):
     self.source, self.masker = source, masker
     self.max_seq_length, self.pad_id, self.nsp = max_seq_length, pad_id, nsp
@@ -397,13 +397,13 @@ class EvalKeys:
     return np.stack([np.zeros_like(index), index], axis=1)
 
 
-def make_masker(cfg, prepared: PreparedData, seed: int) -> pretraining.Masker:
+def make_masker(cfg, prepared: PreparedData, seed: int) -> instances.Masker:
   tok = prepared.tokenizer()
   # Bracketed tokens ([PAD], [unused7], ...) are never chosen nor drawn.
   vocab = tok.get_vocab(with_added_tokens=True)
   special = [i for t, i in vocab.items() if len(t) > 2 and t[0] == "[" and t[-1] == "]"]
   weights = prepared.unigram_counts if cfg.random_token == "unigram" else None
-  return pretraining.Masker(
+  return instances.Masker(
       special_ids=special, vocab_size=prepared.vocab_size, mask_id=prepared.special.mask,
       max_predictions=cfg.max_predictions_per_seq, masked_lm_prob=cfg.masked_lm_prob,
       replacement_weights=weights, whole_word_mask=cfg.whole_word_mask,

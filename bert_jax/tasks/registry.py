@@ -13,13 +13,13 @@ import ml_collections
 # name -> (module, class). Imported lazily so one task's deps don't load others'.
 TASKS = {
     "bert_pretraining": ("bert_jax.tasks.pretraining", "PretrainingTask"),
-    "classification": ("bert_jax.tasks.finetune_tasks", "ClassificationTask"),
-    "ner": ("bert_jax.tasks.finetune_tasks", "NerTask"),
-    "squad": ("bert_jax.tasks.finetune_tasks", "SquadTask"),
+    "classification": ("bert_jax.tasks.finetune.classification.task", "ClassificationTask"),
+    "ner": ("bert_jax.tasks.finetune.ner.task", "NerTask"),
+    "squad": ("bert_jax.tasks.finetune.squad.task", "SquadTask"),
 }
 # Trainers with a loop of their own (sparse updates, no TrainState): name -> (module, fn).
 TRAINERS = {
-    "word2vec": ("bert_jax.tasks.word2vec", "train_and_evaluate"),
+    "word2vec": ("bert_jax.word2vec.train", "train_and_evaluate"),
 }
 MODES = ("train", "predict")
 
@@ -64,7 +64,7 @@ def _predict(config: ml_collections.ConfigDict, workdir: str) -> str:
     raise ValueError(f"config.mode='predict' is for the host-scored tasks "
                      f"{sorted(n for n in TASKS if task_class(n).host_scored)}, "
                      f"not {config.task!r}.")
-  from bert_jax.tasks import predict  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.finetune import predict  # pylint: disable=g-import-not-at-top
   step_dir = predict.checkpoint_step_dir(config, workdir)
   task = get_task(predict.task_config(config, step_dir))  # the checkpoint's encoder
   return predict.predict(config, workdir, task, step_dir)

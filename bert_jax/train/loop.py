@@ -20,7 +20,7 @@ import numpy as np
 
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import parallel
-from bert_jax.train import metrics as metrics_lib
+from bert_jax.train import mfu
 from bert_jax.train import optim, steps
 from bert_jax.train.writer import MetricWriter, log, progress_line
 
@@ -122,7 +122,7 @@ class _Window:
     dt, n = now - self.t0, len(self.metrics)
     return {"seq_per_sec": batch_size * n / dt, "tokens_per_sec": self.tokens / dt,
             "step_time": dt / n,
-            "mfu": metrics_lib.mfu(self.flops / n, dt / n, num_devices, peak)}
+            "mfu": mfu.mfu(self.flops / n, dt / n, num_devices, peak)}
 
 
 def _sum_trees(trees):
@@ -230,7 +230,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   eval_fn = steps.predict_step if task.host_scored else steps.eval_step
   p_eval = jax.jit(functools.partial(eval_fn, task=task), in_shardings=(state_sh.params, None))
 
-  peak = float(tc.get("peak_flops_per_device") or metrics_lib.measured_peak_flops(
+  peak = float(tc.get("peak_flops_per_device") or mfu.measured_peak_flops(
       "bfloat16" if task.model_config.dtype == "bfloat16" and jax.default_backend() != "cpu"
       else "float32"))
   n_params = sum(x.size for x in jax.tree_util.tree_leaves(abstract.params))

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from bert_jax.tasks import registry
-from bert_jax.tasks.glue import GLUE_TASKS
+from bert_jax.tasks.finetune.classification.glue import GLUE_TASKS
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 

@@ -1,0 +1,325 @@
+"""Fine-tuning tasks: the shared part (encoder, tokenizer, in-memory batches, evaluation).
+
+A fine-tuning task is a task like `PretrainingTask` (the shared train/eval steps and
+loop in bert_jax/train run it) plus two hooks the loop uses for the official metrics:
+`predict_outputs` (per-row model outputs, jitted on device) and `host_metrics` (the
+task's metric definitions over the whole eval split, in numpy). The task classes
+(classification/, ner/, squad/ task.py) add their data, loss and metrics; this
+file holds what they share:
+
+- the encoder: `init_from` (an HF BERT directory or one of our checkpoints) gives the
+  architecture, the tokenizer and the pretrained weights; without it, `config.model`
+  (a variant) and `config.data.vocab` build a model from scratch;
+- features: numpy arrays built once on the host, in memory (fine-tuning sets are small),
+  served by a grain iterator whose state the checkpoints save (exact resume), with a
+  fresh shuffle every epoch;
+- eval batches: every feature exactly once, padding rows flagged with feature_index -1.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Optional
+
+import grain
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from bert_jax.data import loader
+from bert_jax.layers.stacks import unrolled_to_scan
+from bert_jax.tasks.pretraining import model_config_from
+from bert_jax.train import losses
+from bert_jax.train.writer import log
+
+# TransformerConfig fields a fine-tuning config may set on top of a pretrained encoder's
+# architecture: numerics, regularization and layout, never sizes.
+RUN_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "remat_policy",
+              "dropout_rate", "attention_dropout_rate")
+
+
+def _resolve_encoder(config: ml_collections.ConfigDict):
+  """(TransformerConfig, encoder params or None, tokenizers.Tokenizer) of the config."""
+  from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
+  from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
+  path = config.get("init_from") or ""
+  vocab = config.data.get("vocab") or ""
+  run = {k: v for k, v in config.model.items() if k in RUN_FIELDS}
+  if path:
+    model_config, params, tokenizer = hf.load_for_inference(path)
+    if vocab:
+      tokenizer = load_tokenizer(vocab)
+    if tokenizer is None:
+      raise ValueError(f"init_from={path} has no tokenizer (vocab.txt / tokenizer.json); "
+                       "set config.data.vocab to one.")
+    model_config = model_config.replace(deterministic=False, **run)
+    if model_config.scan_layers:
+      params = unrolled_to_scan(params)
+    return model_config, params, tokenizer
+  if not vocab:
+    raise ValueError("fine-tuning from scratch needs config.data.vocab (a vocab.txt, a "
+                     "tokenizer.json or a directory); or set config.init_from to a "
+                     "pretrained checkpoint (an HF BERT directory or one of our workdirs).")
+  return model_config_from(config), None, load_tokenizer(vocab)
+
+
+def labels_option(config) -> Optional[tuple]:
+  """config.data.labels "a,b,c" -> ("a", "b", "c"), or None when unset."""
+  text = config.data.get("labels") or ""
+  return tuple(x.strip() for x in text.split(",") if x.strip()) or None
+
+
+class Split:
+  """Which split of the data config a task reads: its name, file and size cap."""
+
+  def __init__(self, config: ml_collections.ConfigDict, split: str):
+    d = config.data
+    self.split = split
+    self.name = d.eval_split if split == "eval" else d.train_split
+    self.file = d.eval_file if split == "eval" else d.train_file
+    self.limit = int(d.max_eval_examples if split == "eval" else d.max_train_examples)
+
+
+class _Rows:
+  """Batch keys [B, 2] (epoch, feature index; -1 = padding row) -> a dict of rows."""
+
+  def __init__(self, features: dict, fields: tuple):
+    self.features = {k: features[k] for k in fields if k in features}
+
+  def __call__(self, keys: np.ndarray) -> dict:
+    index = keys[:, 1]
+    real = index >= 0
+    rows = {k: v[np.maximum(index, 0)] for k, v in self.features.items()}
+    rows["example_weight"] = real.astype(np.float32)
+    rows["feature_index"] = np.where(real, index, -1).astype(np.int32)
+    return rows
+
+
+class FinetuneTask:
+  """The shared part of the fine-tuning tasks; subclasses set the data and the head."""
+
+  name = "finetune"
+  host_scored = True
+  summary_keys = ("loss", "accuracy")
+  progress_labels = (("accuracy", "acc"),)
+  # Feature arrays fed to the model and the loss (subclasses extend).
+  fields = ("input_ids", "input_mask", "segment_ids")
+
+  def __init__(self, config: ml_collections.ConfigDict):
+    self.config = config
+    self.model_config, self._pretrained, self.tokenizer = _resolve_encoder(config)
+    self.tokenizer_dir = None  # set by prepare(): the workdir's copy of the tokenizer
+    if self.tokenizer.get_vocab_size(with_added_tokens=True) > self.model_config.vocab_size:
+      raise ValueError(f"the tokenizer has {self.tokenizer.get_vocab_size()} ids, more than "
+                       f"the model's vocab_size {self.model_config.vocab_size}.")
+    self.seq_len = int(config.data.max_seq_length)
+    if self.seq_len > self.model_config.max_len:
+      raise ValueError(f"data.max_seq_length={self.seq_len} exceeds the model's "
+                       f"{self.model_config.max_len} positions.")
+    self.model = self.build_model(self.model_config)
+    self.eval_model = self.build_model(self.model_config.replace(deterministic=True))
+    self.train_features: dict = {}
+    self.eval_features: dict = {}
+    self.class_weights = None  # [classes] loss weights (train.class_weights), from the data
+
+  # ----------------------------------------------------------- subclass API
+  def build_model(self, model_config):
+    raise NotImplementedError
+
+  def read(self, split: Split):
+    """(examples, SkipLog) of a split."""
+    raise NotImplementedError
+
+  def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
+    """(features holding `fields`, SkipLog); unlabeled: keep examples without labels."""
+    raise NotImplementedError
+
+  def read_file_once(self, path: str, read_fn):
+    """read_fn(path) -> (examples, SkipLog), cached: a train file that also gave the
+    label set is not read twice."""
+    if not path:
+      raise ValueError(f"{self.name}: data.source='file' needs data.train_file and "
+                       "data.eval_file.")
+    cache = self.__dict__.setdefault("_file_examples", {})
+    if path not in cache:
+      cache[path] = read_fn(path)
+    return cache[path]
+
+  def train_label_ids(self, features):
+    """(label ids, number of classes) for class weights, or None (no classes)."""
+    del features
+    return None
+
+  def load_split(self, split: str, for_training: bool):
+    """(examples, features) of "train" or "eval"; logs what was kept and skipped."""
+    s = Split(self.config, split)
+    examples, read_log = self.read(s)
+    if s.limit:
+      examples = examples[:s.limit]
+    features, feat_log = self.featurize(examples, for_training,
+                                        source=f"{read_log.source} features")
+    read_log.merge(feat_log).kept = feat_log.kept
+    log(f"{self.name} {split} ({s.name}): {read_log.summary()}")
+    if for_training:
+      labels = self.train_label_ids(features)
+      self.class_weights = None if labels is None else self.class_weight_array(*labels)
+    return examples, features
+
+  def read_unlabeled(self, path: str):
+    """(examples without labels, SkipLog) of a predict-mode input file."""
+    raise NotImplementedError
+
+  def read_input(self, path: str):
+    """(examples, features) of an unlabeled input file (predict mode)."""
+    if not os.path.exists(path):
+      raise FileNotFoundError(f"predict.input_file {path} does not exist.")
+    examples, read_log = self.read_unlabeled(path)
+    features, feat_log = self.featurize(examples, False, source=path, unlabeled=True)
+    read_log.merge(feat_log).kept = feat_log.kept
+    log(f"predict: {read_log.summary()}")
+    if not len(features["input_ids"]):
+      raise ValueError(f"predict: no usable records in {path} (see the summary above).")
+    return examples, features
+
+  # ------------------------------------------------------------------- data
+  def prepare(self, workdir: str) -> None:
+    # The tokenizer goes into the workdir, so the fine-tuned checkpoints are
+    # self-contained (predict mode, embed and HF export read it from there).
+    self.tokenizer_dir = os.path.join(os.path.abspath(workdir), "tokenizer")
+    if jax.process_index() == 0:
+      os.makedirs(self.tokenizer_dir, exist_ok=True)
+      self.tokenizer.save(os.path.join(self.tokenizer_dir, "tokenizer.json"))
+    self.train_examples, self.train_features = self.load_split("train", True)
+    self.eval_examples, self.eval_features = self.load_split("eval", False)
+    if not len(self.train_features["input_ids"]):
+      raise ValueError(f"{self.name}: no usable training examples (see the skip summary).")
+
+  def steps_per_epoch(self, batch_size: int) -> int:
+    return max(1, math.ceil(len(self.train_features["input_ids"]) / batch_size))
+
+  def phase_shapes(self, phase: dict) -> dict:
+    del phase
+    return {"seq_len": self.seq_len, "num_predictions": 0}
+
+  def train_iterator(self, phase: dict, batch_size: int, shard_index: int, shard_count: int,
+                     seed: int):
+    del phase
+    n = len(self.train_features["input_ids"])
+    ds = grain.MapDataset.range(sys.maxsize)  # batch numbers over an endless epoch stream
+    ds = ds.map(loader.TrainKeys(n, batch_size, shard_index, shard_count, seed))
+    ds = ds.map(_Rows(self.train_features, self.fields))
+    return iter(ds.to_iter_dataset())
+
+  def eval_iterator(self, phase: dict, batch_size: int, shard_index: int, shard_count: int):
+    del phase
+    if not len(self.eval_features.get("input_ids", ())):
+      raise ValueError(f"{self.name}: no usable evaluation examples (see the skip summary).")
+    return self._batches(self.eval_features, batch_size, shard_index, shard_count)
+
+  def predict_batches(self, features: dict, batch_size: int):
+    return self._batches(features, batch_size, 0, 1)
+
+  def _batches(self, features: dict, batch_size: int, shard_index: int, shard_count: int):
+    """Every feature of this shard once, in fixed-shape batches (padding rows: index -1)."""
+    n = len(features["input_ids"])
+    indices = loader.eval_shard_indices(n, batch_size, shard_index, shard_count)
+    ds = grain.MapDataset.range(len(indices) // batch_size)
+    ds = ds.map(loader.EvalKeys(indices, batch_size))
+    return iter(ds.map(_Rows(features, self.fields)).to_iter_dataset())
+
+  # ----------------------------------------------------------------- params
+  def dummy_batch(self, batch_size: int, seq_len: int, num_predictions: int = 0) -> dict:
+    del seq_len, num_predictions  # always self.seq_len, no MLM predictions
+    row = {k: v[:1] for k, v in self.train_features.items() if k in self.fields}
+    batch = {k: np.repeat(v, batch_size, axis=0) for k, v in row.items()}
+    batch.update(example_weight=np.ones(batch_size, np.float32),
+                 feature_index=np.zeros(batch_size, np.int32))
+    return batch
+
+  def init(self, rng, batch):
+    return self.model.init({"params": rng, "dropout": rng}, **self._inputs(batch))
+
+  def load_pretrained_params(self, path: str, template):
+    """The template (fresh head) with the pretrained encoder in place of `bert`."""
+    from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+    del path
+    fresh = dict(template["bert"])
+    # The pooler: fresh when the checkpoint has none, dropped when the head needs none.
+    encoder = {name: self._pretrained.get(name, sub) for name, sub in fresh.items()}
+    checkpoint.check_compatible(encoder, fresh, f"{self.config.init_from} (encoder)")
+    return dict(template, bert=jax.tree_util.tree_map(jnp.asarray, encoder))
+
+  # ------------------------------------------------------------------ model
+  def _inputs(self, batch):
+    return dict(input_ids=batch["input_ids"], input_mask=batch["input_mask"],
+                segment_ids=batch["segment_ids"])
+
+  def apply(self, params, batch, rng, train: bool):
+    model = self.model if train else self.eval_model
+    rngs = {"dropout": rng} if train else {}
+    return model.apply({"params": params}, **self._inputs(batch), rngs=rngs)
+
+  def loss_weights(self, batch):
+    return {"task": jnp.sum(self.row_weights(batch))}
+
+  def row_weights(self, batch):
+    """Loss weight of each loss unit (example or token); 0 on padding rows."""
+    return batch["example_weight"].astype(jnp.float32)
+
+  def metric_sums(self, out, batch):
+    return {"loss": self.loss_parts(out, batch)["task"],
+            "weight": jnp.sum(self.row_weights(batch))}
+
+  @staticmethod
+  def metric_ratios(sums):
+    w = jnp.maximum(sums["weight"], 1e-9)
+    ratios = {"task_loss": sums["loss"] / w}
+    if "correct" in sums:
+      ratios["accuracy"] = sums["correct"] / w
+    return ratios
+
+  def flops_per_example(self, seq_len: int, num_predictions: int = 0) -> float:
+    """Training FLOPs (3x forward) of one example: the encoder's and the head's."""
+    del num_predictions
+    return 3.0 * (seq_len * self.model_config.flops_per_token(seq_len)
+                  + self.head_flops(seq_len))
+
+  def head_flops(self, seq_len: int) -> float:
+    """Forward matmul FLOPs of the head on one example (subclasses)."""
+    raise NotImplementedError
+
+  # ------------------------------------------------------------- evaluation
+  def predict_outputs(self, out, batch) -> dict:
+    """Per-row outputs kept for the host metrics (subclasses add theirs)."""
+    return {"feature_index": batch["feature_index"]}
+
+  @staticmethod
+  def ordered(outputs: dict) -> dict:
+    """Concatenated eval outputs with padding rows dropped, in feature order."""
+    keep = outputs["feature_index"] >= 0
+    order = np.argsort(outputs["feature_index"][keep], kind="stable")
+    return {k: np.asarray(v)[keep][order] for k, v in outputs.items()}
+
+  def host_metrics(self, outputs: dict) -> dict:
+    raise NotImplementedError
+
+  def class_weight_array(self, labels, num_classes: int) -> Optional[np.ndarray]:
+    """train.class_weights: "" (none), "inverse_frequency", or "w0,w1,...": [C] or None."""
+    from bert_jax.tasks.finetune.classification.features import class_weights  # pylint: disable=g-import-not-at-top
+    mode = self.config.train.get("class_weights") or ""
+    if not mode:
+      return None
+    if mode != "inverse_frequency" and mode != "uniform":
+      try:
+        mode = [float(x) for x in mode.split(",")]
+      except ValueError as e:
+        raise ValueError(f"train.class_weights={mode!r}: 'inverse_frequency', 'uniform' or "
+                         f"{num_classes} comma-separated numbers.") from e
+    return class_weights(labels, num_classes, mode)
+
+  def classification_loss(self, logits, labels, weights, class_weights=None):
+    return losses.softmax_cross_entropy(
+        logits, labels, weights, class_weights=class_weights,
+        focal_gamma=float(self.config.train.get("focal_gamma", 0.0)))

@@ -1,0 +1,98 @@
+"""SquadTask: span QA, start/end logits over doc-stride windows, n-best answers.
+
+Data (config.data.source): "squad/v1.1" | "squad/v2.0" (tfds) | "file" (SQuAD JSON),
+read by data.py, windowed by features.py; the best span per question comes from
+postprocess.py and is scored by the official EM / F1 of metrics.py.
+"""
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from bert_jax.models import heads
+from bert_jax.tasks.finetune.base import FinetuneTask, Split
+from bert_jax.tasks.finetune.squad import data, features
+from bert_jax.tasks.finetune.squad import metrics as squad_metrics
+from bert_jax.tasks.finetune.squad.postprocess import postprocess_squad
+from bert_jax.tasks.finetune.tfds import tfds_kwargs
+from bert_jax.train import losses
+
+
+class SquadTask(FinetuneTask):
+  """Span extraction: start/end logits over the tokens, doc-stride windows, n-best."""
+
+  name = "squad"
+  fields = FinetuneTask.fields + ("start_positions", "end_positions")  # train features only
+
+  def __init__(self, config):
+    src = config.data.source
+    if src not in ("squad/v1.1", "squad/v2.0", "file"):
+      raise ValueError(f"squad: data.source={src!r}; expected 'squad/v1.1', 'squad/v2.0' "
+                       "or 'file'.")
+    self.version_2 = src == "squad/v2.0" or bool(config.data.version_2_with_negative)
+    super().__init__(config)
+
+  def build_model(self, model_config):
+    return heads.BertForQuestionAnswering(model_config)
+
+  def read(self, split: Split):
+    src = self.config.data.source
+    if src == "file":
+      if not split.file:
+        raise ValueError("squad: data.source='file' needs data.train_file and data.eval_file.")
+      return data.read_squad_json(split.file)
+    return data.load_squad(src.split("/")[1], split.name, **tfds_kwargs(self.config))
+
+  def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
+    del unlabeled  # eval features carry no answer positions anyway
+    d = self.config.data
+    return features.featurize_squad(examples, self.tokenizer, self.seq_len, d.doc_stride,
+                                     d.max_query_length, training, source=source)
+
+  def read_unlabeled(self, path):
+    return data.read_squad_json(path)
+
+  def head_flops(self, seq_len):
+    return seq_len * 2 * self.model_config.hidden_size * 2
+
+  def loss_parts(self, out, batch):
+    w = self.row_weights(batch)
+    start = losses.softmax_cross_entropy(out["start_logits"], batch["start_positions"], w)
+    end = losses.softmax_cross_entropy(out["end_logits"], batch["end_positions"], w)
+    return {"task": 0.5 * (start + end)}
+
+  def metric_sums(self, out, batch):
+    sums = super().metric_sums(out, batch)
+    hit = ((jnp.argmax(out["start_logits"], -1) == batch["start_positions"])
+           & (jnp.argmax(out["end_logits"], -1) == batch["end_positions"]))
+    sums["correct"] = jnp.sum(hit * self.row_weights(batch))   # exact span, per window
+    return sums
+
+  def predict_outputs(self, out, batch):
+    return dict(super().predict_outputs(out, batch), start_logits=out["start_logits"],
+                end_logits=out["end_logits"])
+
+  def answers(self, examples, features, outputs):
+    o = self.ordered(outputs)
+    kept = {k: v[o["feature_index"]] for k, v in features.items()}
+    d = self.config.data
+    return postprocess_squad(examples, kept, o["start_logits"], o["end_logits"],
+                             n_best_size=d.n_best_size, max_answer_length=d.max_answer_length,
+                             version_2=self.version_2,
+                             null_score_diff_threshold=d.null_score_diff_threshold)
+
+  def host_metrics(self, outputs):
+    preds = self.answers(self.eval_examples, self.eval_features, outputs)
+    gold = data.squad_gold_answers(self.eval_examples)
+    if self.version_2:
+      scores = squad_metrics.squad_v2_scores(gold, preds.texts)
+      return {"exact_match": scores["exact"], "f1": scores["f1"]}
+    scores = squad_metrics.squad_v1_scores(gold, preds.texts)
+    return {"exact_match": scores["exact_match"], "f1": scores["f1"]}
+
+  def prediction_records(self, examples, features, outputs):
+    preds = self.answers(examples, features, outputs)
+    for ex in examples:
+      if ex.qid in preds.texts:
+        yield {"id": ex.qid, "answer": preds.texts[ex.qid],
+               "nbest": [{k: c[k] for k in ("text", "probability")}
+                         for c in preds.nbest[ex.qid][:5]]}

@@ -1,0 +1,187 @@
+"""Fine-tuning end to end: one real training run per task under tfds.testing.mock_data,
+init_from an HF checkpoint, evaluation with the official metrics, best checkpoint,
+predict mode. The encoder is the committed tiny HF BERT (tests/testdata/hf/tiny_bert:
+2 layers, 32 wide, 122-token vocab), on the 8 fake devices.
+"""
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from bert_jax.interop import hf
+from bert_jax.tasks import registry
+from bert_jax.train import loop
+from bert_jax.train.defaults import finetune_config
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TINY_BERT = os.path.join(ROOT, "tests", "testdata", "hf", "tiny_bert")
+CTX = ("Shanghai is a City in China, it is also a financial center, its fashion capital "
+       "and industrial city.")
+
+
+def tiny(task, source, metric, **data):
+  c = finetune_config(task, source, metric, max_seq_length=32, **data)
+  c.init_from = TINY_BERT
+  c.train.update(batch_size=8, num_epochs=1.0, learning_rate=1e-3, log_every=1,
+                 async_checkpoints=False)
+  return c
+
+
+@pytest.fixture
+def csv_files(tmp_path):
+  """16 train rows, 8 eval rows plus one whose label is outside the label set."""
+  rows = [("a fine, funny film", "pos"), ("dull and tedious", "neg")] * 8
+  train, dev = tmp_path / "train.csv", tmp_path / "dev.csv"
+  train.write_text("sentence,label\n" + "".join(f'"{t}",{l}\n' for t, l in rows))
+  dev.write_text("sentence,label\n" + "".join(f'"{t}",{l}\n' for t, l in rows[:8])
+                 + "so so,neutral\n")
+  return str(train), str(dev)
+
+
+def _records(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_init_from_hf_puts_the_pretrained_encoder_under_bert(csv_files, tmp_path):
+  c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
+           eval_file=csv_files[1])
+  task = registry.get_task(c)
+  task.prepare(str(tmp_path))
+  batch = task.dummy_batch(8, 32)
+  params = task.init(jax.random.key(0), batch)["params"]
+  params = jax.tree_util.tree_map(lambda x: x.value if hasattr(x, "value") else x, params,
+                                  is_leaf=lambda x: hasattr(x, "value"))
+  loaded = task.load_pretrained_params(c.init_from, params)
+  _, want = hf.load_hf_bert(TINY_BERT, model="encoder")
+  for path, leaf in jax.tree_util.tree_flatten_with_path(want)[0]:
+    got = loaded["bert"]
+    for k in path:
+      got = got[k.key]
+    np.testing.assert_array_equal(np.asarray(got), leaf)
+  # The head is the fresh one, and the labels come from the file, in sorted order.
+  np.testing.assert_array_equal(loaded["classifier"]["kernel"], params["classifier"]["kernel"])
+  assert task.label_list == ("neg", "pos") and task.num_labels == 2
+
+
+def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path):
+  c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
+           eval_file=csv_files[1], labels="neg,pos")
+  c.train.num_epochs = 2.0
+  c.train.class_weights = "inverse_frequency"
+  c.train.focal_gamma = 2.0
+  c.train.layerwise_lr_decay = 0.8
+  result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
+  assert result["step"] == 4  # 16 examples, batch 8: 2 steps per epoch
+  for key in ("eval/accuracy", "eval/macro_f1", "eval/precision/pos", "eval/recall/neg"):
+    assert 0.0 <= result[key] <= 1.0, key
+  evals = [r for r in _records(tmp_path) if "eval/accuracy" in r]
+  assert [r["step"] for r in evals] == [2, 4]  # once per epoch
+  # keep_checkpoints=1 plus the best by eval accuracy: the latest and a best one stay.
+  kept = {int(n) for n in os.listdir(tmp_path / "checkpoints") if n.isdigit()}
+  acc = {r["step"]: r["eval/accuracy"] for r in evals}
+  assert 4 in kept and kept <= {2, 4} and max(acc[s] for s in kept) == max(acc.values())
+  assert np.isfinite(result["loss"])
+  assert os.path.exists(os.path.join(tmp_path, "tokenizer", "tokenizer.json"))
+
+  inputs = tmp_path / "in.csv"
+  inputs.write_text('sentence\n"A fine, funny film."\n""\nDull.\n', encoding="utf-8")
+  c.mode = "predict"
+  c.predict.input_file = str(inputs)
+  out = registry.run(c, str(tmp_path))
+  rows = [json.loads(line) for line in open(out, encoding="utf-8")]
+  assert [r["text_a"] for r in rows] == ["A fine, funny film.", "Dull."]  # empty: skipped
+  for r in rows:
+    assert r["label"] in ("neg", "pos")
+    assert abs(sum(r["probabilities"].values()) - 1.0) < 1e-5
+  # A config whose head differs from the trained one is named, not silently applied.
+  from bert_jax.checkpoint import CheckpointMismatchError  # pylint: disable=g-import-not-at-top
+  c.pooling = "mean"
+  with pytest.raises(CheckpointMismatchError, match="unexpected in checkpoint.*pooler"):
+    registry.run(c, str(tmp_path))
+
+
+@pytest.fixture(name="tfds")
+def _tfds():
+  """tensorflow_datasets, or a skip of this one test when TensorFlow is not installed."""
+  pytest.importorskip("tensorflow")
+  return pytest.importorskip("tensorflow_datasets")
+
+
+def records_mock(records):
+  from tests.tasks.finetune.test_tfds import records_mock as mock  # pylint: disable=g-import-not-at-top
+  return mock(records)
+
+
+def test_glue_sst2_one_real_training_run_under_mock_data(tmp_path, tfds):
+  c = tiny("classification", "glue/sst2", "accuracy")
+  with tfds.testing.mock_data(num_examples=16):
+    result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
+  assert result["step"] == 2 and np.isfinite(result["loss"])
+  assert 0.0 <= result["eval/accuracy"] <= 1.0
+
+
+def test_conll2003_one_real_training_run_under_mock_data(tmp_path, tfds):
+  del tfds  # records_mock uses it
+  from bert_jax.tasks.finetune.ner.data import CONLL2003_NER_TAGS as tags
+  sentences = [(["EU", "rejects", "German", "call"], ["B-ORG", "O", "B-MISC", "O"]),
+               (["Peter", "Blackburn"], ["B-PER", "I-PER"])] * 4
+  records = [{"tokens": w, "pos": [0] * len(w), "chunks": [0] * len(w),
+              "ner": [tags.index(t) for t in t_]} for w, t_ in sentences]
+  c = tiny("ner", "conll2003", "f1", eval_split="dev")
+  with records_mock(records):
+    result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
+  assert result["step"] == 1 and np.isfinite(result["loss"])
+  assert 0.0 <= result["eval/f1"] <= 1.0 and 0.0 <= result["eval/precision"] <= 1.0
+
+
+def test_squad_one_real_training_run_under_mock_data(tmp_path, tfds):
+  del tfds  # records_mock uses it
+  records = [
+      {"id": f"q{i}", "title": "Shanghai", "context": CTX,
+       "question": "What is the fashion capital of China?",
+       "answers": {"text": ["Shanghai"], "answer_start": [0]}} for i in range(8)]
+  c = tiny("squad", "squad/v1.1", "f1", doc_stride=8, max_query_length=12)
+  with records_mock(records):
+    task = registry.get_task(c)
+    task.prepare(str(tmp_path / "probe"))
+    result = loop.train_and_evaluate(c, str(tmp_path / "run"), registry.get_task(c))
+  windows = task.train_features["example_index"]
+  assert len(windows) > len(records)  # the 32-token rows split each context (doc stride)
+  assert result["step"] == -(-len(windows) // 8)  # one epoch of windows, batch 8
+  assert np.isfinite(result["loss"])
+  assert 0.0 <= result["eval/exact_match"] <= 100.0 and 0.0 <= result["eval/f1"] <= 100.0
+
+
+def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatch):
+  """SIGTERM mid-epoch, rerun: the same losses as an uninterrupted run (data order, dropout
+  rng and optimizer state all restored)."""
+  import signal  # pylint: disable=g-import-not-at-top
+  from bert_jax.train import writer as writer_lib  # pylint: disable=g-import-not-at-top
+  c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
+           eval_file=csv_files[1], labels="neg,pos")
+  c.train.num_epochs = 3.0  # 6 steps of 8 (16 examples)
+  loop.train_and_evaluate(c, str(tmp_path / "whole"), registry.get_task(c))
+
+  write = writer_lib.MetricWriter.write_scalars
+
+  def write_then_preempt(self, step, scalars):
+    write(self, step, scalars)
+    if step == 3 and "loss" in scalars:
+      os.kill(os.getpid(), signal.SIGTERM)  # the loop saves step 3 and stops
+
+  monkeypatch.setattr(writer_lib.MetricWriter, "write_scalars", write_then_preempt)
+  first = loop.train_and_evaluate(c, str(tmp_path / "cut"), registry.get_task(c))
+  assert first["preempted"] and first["step"] == 3
+  monkeypatch.setattr(writer_lib.MetricWriter, "write_scalars", write)
+  loop.train_and_evaluate(c, str(tmp_path / "cut"), registry.get_task(c))
+
+  def losses(d):
+    return {r["step"]: r["loss"] for r in _records(d) if "loss" in r}
+  whole, cut = losses(tmp_path / "whole"), losses(tmp_path / "cut")
+  # Each step logged once: the rerun resumed at step 4 rather than starting over.
+  assert [r["step"] for r in _records(tmp_path / "cut") if "loss" in r] == [1, 2, 3, 4, 5, 6]
+  for step in range(1, 7):
+    assert abs(cut[step] - whole[step]) <= 1e-6, (step, cut[step], whole[step])
