@@ -15,7 +15,7 @@ from bert_jax.tasks import registry
 from bert_jax.train import loop
 from bert_jax.train.defaults import finetune_config
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 TINY_BERT = os.path.join(ROOT, "tests", "testdata", "hf", "tiny_bert")
 CTX = ("Shanghai is a City in China, it is also a financial center, its fashion capital "
        "and industrial city.")
