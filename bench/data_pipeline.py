@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
-from bert_jax.data import config as config_lib
-from bert_jax.data import loader
+from bert_jax.data import loader, prepare, sampling
+from bert_jax.train import defaults
 
 
 def rate(fn, items_per_call: int, seconds: float, windows: int = 10) -> tuple[float, float]:
@@ -54,14 +54,14 @@ def fmt(rates: tuple[float, float]) -> str:
 
 def bench_length(args, length: int, predictions: int):
   """Yields the table rows of one sequence length, each as soon as it is measured."""
-  cfg = config_lib.get_data_config()
+  cfg = defaults.data_config()
   cfg.data_dir = args.data_dir
   cfg.vocab_size = args.vocab_size
   cfg.max_seq_length = length
   cfg.max_predictions_per_seq = predictions
   cfg.dupe_factor = args.dupe_factor
   cfg.prepare_processes = args.prepare_processes
-  prepared = loader.prepare(cfg, verbose=False)
+  prepared = prepare.prepare(cfg, verbose=False)
   stats, seconds = prepared.stats, prepared.stats["seconds"]
   documents = stats["corpus"]["documents"]
   tokens = sum(s["tokens"] for s in stats["instances"].values())
@@ -77,7 +77,7 @@ def bench_length(args, length: int, predictions: int):
   source = loader.InstanceSource(prepared.instances_dir, "train")
   masker = loader.make_masker(cfg, prepared, seed=0)
   maker = loader.BatchMaker(source, masker, length, prepared.special.pad, nsp=True)
-  keys = loader.TrainKeys(len(source), b, 0, 1, seed=0)
+  keys = sampling.TrainKeys(len(source), b, 0, 1, seed=0)
   padded = [maker(keys(j))["input_ids"] for j in range(8)]  # already masked: fine for timing
   records = [source.__getitems__(keys(j)[:, 1].tolist()) for j in range(8)]
   index = np.arange(b)

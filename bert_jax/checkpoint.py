@@ -13,7 +13,6 @@ clear error, never a silent fallback.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 from typing import Any, Optional
@@ -163,10 +162,11 @@ def _as_plain(tree):
 
 
 # ---------------------------------------------------------------- inference loading
-def load_params_for_inference(path: str):
+def load_params_for_inference(path: str, with_params: bool = True):
   """(TransformerConfig, params as numpy, tokenizer dir or None) from one of our checkpoints.
 
-  `path` is a workdir, its `checkpoints/` dir, or one step dir inside it.
+  `path` is a workdir, its `checkpoints/` dir, or one step dir inside it. Without
+  `with_params` only the metadata is read and params is None.
   """
   from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
   path = os.path.abspath(path)
@@ -182,15 +182,12 @@ def load_params_for_inference(path: str):
   if step is None:
     raise FileNotFoundError(f"no bert_jax checkpoint found under {path}")
   meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+  model_config = TransformerConfig(**meta["model_config"])
+  if not with_params:
+    return model_config, None, meta.get("tokenizer_dir")
   state_meta = manager.item_metadata(step)["state"]
   restore_args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
                                         state_meta)
   state = manager.restore(step, args=ocp.args.Composite(
       state=ocp.args.PyTreeRestore(restore_args=restore_args)))["state"]
-  params = state["params"]
-  model_config = TransformerConfig(**meta["model_config"])
-  return model_config, params, meta.get("tokenizer_dir")
-
-
-def json_dumps(obj) -> str:
-  return json.dumps(obj, indent=1, sort_keys=True, default=str)
+  return model_config, state["params"], meta.get("tokenizer_dir")

@@ -260,11 +260,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
   except SystemExit as e:  # argparse already printed usage + error (or --help)
     return int(e.code or 0)
-  from bert_jax.interop.hf import load_for_inference  # pylint: disable=g-import-not-at-top
+  from bert_jax.pretrained import load_encoder  # pylint: disable=g-import-not-at-top
   try:
     lines = read_lines(args.input)
     try:
-      config, params, tokenizer = load_for_inference(args.checkpoint)
+      config, params, tokenizer = load_encoder(args.checkpoint)
     except Exception as e:  # pylint: disable=broad-except  (any unreadable checkpoint)
       detail = str(e) if isinstance(e, (OSError, ValueError)) else f"{type(e).__name__}: {e}"
       raise InputError(f"cannot load --checkpoint {args.checkpoint}: {detail}") from None

@@ -4,8 +4,7 @@ Run (under 15 minutes on an idle 2-core CPU, offline; data preparation included)
   python -m bert_jax.main --config configs/bert_tiny.py --workdir workdirs/bert_tiny_demo
 Smaller/faster: --config.train.num_steps=200. TensorBoard: tensorboard --logdir workdirs/
 """
-from bert_jax.data.config import get_data_config
-from bert_jax.train.defaults import base_config, model_config, train_config
+from bert_jax.train.defaults import base_config, data_config, model_config, train_config
 
 
 def get_config(arg=None):
@@ -13,7 +12,7 @@ def get_config(arg=None):
   c = base_config("bert_pretraining")
   c.model = model_config("bert/tiny", vocab_size=8192, max_len=128,
                          attention_dropout_rate=0.0)
-  c.data = get_data_config()
+  c.data = data_config()
   c.data.corpus = "embedded"
   c.data.vocab_size = 8192
   c.data.max_seq_length = 128

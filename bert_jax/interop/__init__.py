@@ -1,4 +1,4 @@
 """Model interchange: Hugging Face BERT checkpoints (safetensors + numpy, no torch)."""
-from bert_jax.interop.hf import load_for_inference, load_hf_bert, load_hf_config, save_hf_bert
+from bert_jax.interop.hf import load_hf_bert, load_hf_config, save_hf_bert
 
-__all__ = ["load_for_inference", "load_hf_bert", "load_hf_config", "save_hf_bert"]
+__all__ = ["load_hf_bert", "load_hf_config", "save_hf_bert"]

@@ -12,18 +12,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bert_jax.layers.stacks import unrolled_to_scan
 from bert_jax.models.bert import BertForPreTraining
-from bert_jax.models.variants import get_model_config
 from bert_jax.train import losses
-
-
-def model_config_from(config: ml_collections.ConfigDict):
-  """TransformerConfig of `config.model`: a named variant plus field overrides."""
-  overrides = {k: v for k, v in config.model.items() if k != "variant"}
-  for name in ("head_dim", "mlp_dim"):  # 0 in a config means "derive from hidden_size"
-    if overrides.get(name) == 0:
-      overrides[name] = None
-  return get_model_config(config.model.variant, **overrides)
+from bert_jax.train.defaults import transformer_config
 
 
 class PretrainingTask:
@@ -38,7 +30,7 @@ class PretrainingTask:
     self.config = config
     self.tokenizer_dir = None  # set by prepare(): the directory of the vocabulary
     self.nsp = config.data.mode == "nsp"
-    self.model_config = model_config_from(config)
+    self.model_config = transformer_config(config)
     self.model = BertForPreTraining(self.model_config, nsp=self.nsp)
     self.eval_model = BertForPreTraining(self.model_config.replace(deterministic=True),
                                          nsp=self.nsp)
@@ -58,13 +50,13 @@ class PretrainingTask:
 
   def prepare(self, workdir: str) -> None:
     """Prepares (or reuses) the instances of every phase; process 0 first, then the rest."""
-    from bert_jax.data import loader  # pylint: disable=g-import-not-at-top
+    from bert_jax.data import prepare as prepare_lib  # pylint: disable=g-import-not-at-top
     del workdir
     self._prepared = {}
     for phase in self.config.train.get("phases") or [{}]:
       phase = dict(phase)
       cfg = self.phase_data_config(phase)
-      self._prepared[cfg.max_seq_length] = _prepare_in_order(loader.prepare, cfg)
+      self._prepared[cfg.max_seq_length] = _prepare_in_order(prepare_lib.prepare, cfg)
     first = next(iter(self._prepared.values()))
     self.tokenizer_dir = os.path.dirname(first.vocab_path)
     if first.vocab_size > self.model_config.vocab_size:
@@ -91,19 +83,10 @@ class PretrainingTask:
 
   def load_pretrained_params(self, path: str, template):
     """Params from an HF BERT directory or one of our checkpoints, checked against ours."""
-    from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
-    from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan  # pylint: disable=g-import-not-at-top
-    if os.path.exists(os.path.join(path, "config.json")):
-      from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
-      _, params = hf.load_hf_bert(path, model="pretraining" if self.nsp else "encoder",
-                                  scan_layers=self.model_config.scan_layers,
-                                  allow_missing_heads=True)
-      if not self.nsp:
-        params = {"bert": params} if "bert" not in params else params
-    else:
-      _, params, _ = checkpoint.load_params_for_inference(path)
-      convert = unrolled_to_scan if self.model_config.scan_layers else scan_to_unrolled
-      params = convert(params)
+    from bert_jax import checkpoint, pretrained  # pylint: disable=g-import-not-at-top
+    params = pretrained.load_pretraining_params(path, nsp=self.nsp)
+    if self.model_config.scan_layers:
+      params = unrolled_to_scan(params)
     checkpoint.check_compatible(params, template, path)
     return params
 

@@ -1,7 +1,17 @@
-"""Default `train` section and top-level fields shared by the config files in configs/."""
+"""Config defaults, the one home: the `train`, `model` and pretraining `data` sections
+and the top-level fields shared by the config files in configs/.
+
+Optional int fields of TransformerConfig (head_dim, mlp_dim: None = derived from
+hidden_size) are stored as 0 in a config, since a locked ConfigDict field keeps its
+type; `model_config` writes the 0 and `transformer_config` reads it back as None.
+"""
 from __future__ import annotations
 
 import ml_collections
+from ml_collections import config_dict
+
+# TransformerConfig fields that are Optional[int]: None in the dataclass, 0 in a config.
+OPTIONAL_INT_FIELDS = ("head_dim", "mlp_dim")
 
 
 def train_config(**overrides) -> ml_collections.ConfigDict:
@@ -43,10 +53,19 @@ def model_config(variant: str, **overrides) -> ml_collections.ConfigDict:
   import dataclasses  # pylint: disable=g-import-not-at-top
   from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
   fields = dataclasses.asdict(get_model_config(variant, **overrides))
-  for name in ("head_dim", "mlp_dim"):  # Optional ints: resolve, so the type is int
+  for name in OPTIONAL_INT_FIELDS:  # None -> 0, so the field's type is int
     fields[name] = fields[name] or 0
-  c = ml_collections.ConfigDict(dict(variant=variant, **fields))
-  return c
+  return ml_collections.ConfigDict(dict(variant=variant, **fields))
+
+
+def transformer_config(config: ml_collections.ConfigDict):
+  """The TransformerConfig of `config.model`: its variant plus the field overrides."""
+  from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
+  overrides = {k: v for k, v in config.model.items() if k != "variant"}
+  for name in OPTIONAL_INT_FIELDS:  # 0 -> None: derived from hidden_size
+    if overrides.get(name) == 0:
+      overrides[name] = None
+  return get_model_config(config.model.variant, **overrides)
 
 
 def base_config(task: str) -> ml_collections.ConfigDict:
@@ -60,11 +79,10 @@ def base_config(task: str) -> ml_collections.ConfigDict:
 
 def bert_pretraining_config(variant: str, arg=None) -> ml_collections.ConfigDict:
   """The paper's pretraining setup for a BERT variant; arg "mlm_only" packs rows, no NSP."""
-  from bert_jax.data.config import get_data_config  # pylint: disable=g-import-not-at-top
   c = base_config("bert_pretraining")
   c.model = model_config(variant, dtype="bfloat16", scan_layers=True,
                          remat_policy="dots_no_batch")
-  c.data = get_data_config()
+  c.data = data_config()
   c.data.mode = "mlm_packed" if arg == "mlm_only" else "nsp"
   c.train = train_config(phases=(
       dict(fraction=0.9, max_seq_length=128, max_predictions_per_seq=20),
@@ -93,11 +111,11 @@ def finetune_config(task: str, source: str, best_metric: str,
   metric. `init_from` defaults to the packaged all-MiniLM-L6-v2 (offline).
   """
   c = base_config(task)
-  c.mode = "train"                   # train | predict (see bert_jax/tasks/predict.py)
+  c.mode = "train"                   # train | predict (see bert_jax/tasks/finetune/predict.py)
   c.init_from = minilm_dir()
   c.pooling = "cls"                  # classification: cls (BERT's pooler) | mean (tokens)
   # Used as is only without init_from; with it, the checkpoint gives the architecture
-  # and only dtype/layout/dropout fields below apply (tasks/finetune.RUN_FIELDS).
+  # and only dtype/layout/dropout fields below apply (tasks/finetune/base.RUN_FIELDS).
   c.model = model_config("bert/base", scan_layers=False)
   d = c.data = ml_collections.ConfigDict()
   d.source = source
@@ -134,4 +152,58 @@ def finetune_config(task: str, source: str, best_metric: str,
   c.train.class_weights = ""         # "" | inverse_frequency | uniform | "w0,w1,..."
   c.train.focal_gamma = 0.0          # > 0: focal loss (1 - p_t)^gamma CE
   c.predict = ml_collections.ConfigDict(dict(input_file="", output_file="", batch_size=32))
+  return c
+
+
+def data_config() -> ml_collections.ConfigDict:
+  """`config.data` of pretraining (read by data/prepare.py and data/loader.py).
+
+  Defaults: the embedded offline corpus, a trained 30,522-token uncased vocab, NSP at 128.
+  """
+  c = ml_collections.ConfigDict()
+
+  # Corpus. 'embedded': gensim's Wikipedia excerpt + Lee corpus (offline). 'text':
+  # google-research/bert format files. 'tfds': any tfds text dataset by name.
+  c.corpus = "embedded"
+  c.text_files = ""  # comma-separated globs, for corpus='text'
+  c.tfds_name = ""  # for corpus='tfds', e.g. 'wikipedia/20230601.en'
+  c.tfds_text_key = "text"  # the text feature of that dataset
+  c.tfds_split = "train"  # documents are read from this split, then re-split by hash
+  c.tfds_data_dir = config_dict.placeholder(str)  # None: tfds' default data_dir
+  c.validation_fraction = 0.02  # of documents, by a hash of their text
+  c.max_line_chars = 20000  # longer lines/paragraphs are truncated (and counted)
+
+  # Where prepared documents, vocab and instances live, in config-hashed subdirs.
+  c.data_dir = "~/bert_jax_data"
+
+  # Vocabulary. None: train WordPiece on the train documents, save vocab.txt in data_dir.
+  # Else a vocab.txt, tokenizer.json, or HF tokenizer directory.
+  c.vocab_path = config_dict.placeholder(str)
+  c.vocab_size = 30522
+  # Uncased = lowercase + strip accents (BertNormalizer). None: a trained vocab is uncased,
+  # a given tokenizer keeps its own setting (tokenizer.json / do_lower_case / the vocab).
+  c.lowercase = config_dict.placeholder(bool)
+
+  # Instances (offline). mode 'nsp': [CLS] A [SEP] B [SEP] pairs; 'mlm_packed': whole
+  # sentences packed in rows (FULL-SENTENCES, or DOC-SENTENCES if not
+  # pack_across_documents), segment ids numbering the documents of a row from 1.
+  c.mode = "nsp"
+  c.pack_across_documents = True
+  c.max_seq_length = 128
+  c.short_seq_prob = 0.1
+  c.dupe_factor = 5  # google uses 10; masking is dynamic here, so pairs are what repeats
+  c.shard_documents = 256  # documents per preparation task; NSP's random-B pool
+  c.prepare_processes = 0  # worker processes; 0: cpu count for big corpora, 1 for small
+
+  # Masking (online, per step). google-research/bert uses 20 at 128 and 80 at 512.
+  c.max_predictions_per_seq = 20
+  c.masked_lm_prob = 0.15
+  c.whole_word_mask = False
+  c.random_token = "unigram"  # 'unigram' (corpus counts) | 'uniform'
+
+  # Loading.
+  c.num_workers = 0  # grain worker processes (0: in the training process, threads only)
+  c.read_threads = 2  # threads computing batches ahead in each process
+  c.prefetch_batches = 4
+  c.seed = 0  # preparation randomness; also the default shuffle/mask seed
   return c

@@ -15,10 +15,10 @@ def testdata():
 @pytest.fixture(scope="session")
 def make_config(testdata):
   """A data config of the fixture corpus: seq 64, a 400-token trained vocab, 1 process."""
-  from bert_jax.data import config  # pylint: disable=g-import-not-at-top
+  from bert_jax.train.defaults import data_config  # pylint: disable=g-import-not-at-top
 
   def make(data_dir, **overrides):
-    cfg = config.get_data_config()
+    cfg = data_config()
     cfg.corpus = "text"
     cfg.text_files = testdata("tiny_corpus.txt") + "," + testdata("paragraphs.txt")
     cfg.data_dir = str(data_dir)
@@ -54,6 +54,6 @@ def tiny(data_root, make_config, google_vocab):
   A given vocab keeps the instances identical from run to run: WordPiece training in
   the tokenizers library is not deterministic (huggingface/tokenizers#1794).
   """
-  from bert_jax.data import loader  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.prepare import prepare  # pylint: disable=g-import-not-at-top
   cfg = make_config(data_root, vocab_path=google_vocab)
-  return cfg, loader.prepare(cfg, verbose=False)
+  return cfg, prepare(cfg, verbose=False)

@@ -2,13 +2,14 @@
 import numpy as np
 
 from bert_jax.data import loader
+from bert_jax.data.prepare import prepare
 
 
 def test_embedded_corpus_prepares_and_loads(tmp_path, make_config, capsys):
   cfg = make_config(tmp_path, corpus="embedded", text_files="", vocab_size=4000,
                     max_seq_length=128, max_predictions_per_seq=20, dupe_factor=1,
                     validation_fraction=0.02, prepare_processes=0)
-  prepared = loader.prepare(cfg)
+  prepared = prepare(cfg)
   out = capsys.readouterr().out
   assert "wiki redirects/empty pages" in out
   corpus = prepared.stats["corpus"]

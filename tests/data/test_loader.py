@@ -9,7 +9,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from bert_jax.data import loader
+from bert_jax.data import loader, sampling
+from bert_jax.data.prepare import prepare
 
 
 def take(it, n):
@@ -27,7 +28,7 @@ def assert_same_batches(xs, ys):
 def test_prepare_is_idempotent_and_config_hashed(tiny, make_config, data_root, google_vocab,
                                                  capsys):
   cfg, prepared = tiny
-  again = loader.prepare(cfg)  # reuses: prints the summary, builds nothing
+  again = prepare(cfg)  # reuses: prints the summary, builds nothing
   assert again.instances_dir == prepared.instances_dir
   out = capsys.readouterr().out
   assert "8 documents" in out and "Downloading" not in out
@@ -37,15 +38,15 @@ def test_prepare_is_idempotent_and_config_hashed(tiny, make_config, data_root, g
   assert counts.shape == (30522,) and counts[list(prepared.special.all)].sum() == 0
   assert counts.sum() == prepared.stats["instances"]["train"]["tokens"]
   assert counts[prepared.tokenizer().token_to_id("the")] >= 20
-  other = loader.prepare(make_config(data_root, max_seq_length=48,  # an HF tokenizer dir
+  other = prepare(make_config(data_root, max_seq_length=48,  # an HF tokenizer dir
                                      vocab_path=os.path.dirname(google_vocab)),
                          verbose=False)
   assert other.instances_dir != prepared.instances_dir
   assert other.documents_dir == prepared.documents_dir  # documents reused
   # No vocab_path: one is trained, saved under data_dir, and reused by the next prepare.
-  trained = loader.prepare(make_config(data_root), verbose=False)
+  trained = prepare(make_config(data_root), verbose=False)
   assert trained.vocab_path.startswith(str(data_root)) and trained.special.all == (0, 1, 2, 3, 4)
-  reused = loader.prepare(make_config(data_root), verbose=False)
+  reused = prepare(make_config(data_root), verbose=False)
   assert (reused.vocab_path, reused.instances_dir) == (trained.vocab_path, trained.instances_dir)
 
 
@@ -137,7 +138,7 @@ def test_iterator_state_restores_the_exact_stream(tiny):
 def test_fresh_order_and_masks_every_epoch(tiny):
   cfg, prepared = tiny
   n = prepared.num_examples["train"]
-  keys = loader.TrainKeys(n, batch_size=n, shard_index=0, shard_count=1, seed=0)
+  keys = sampling.TrainKeys(n, batch_size=n, shard_index=0, shard_count=1, seed=0)
   epoch0, epoch1 = keys(0), keys(1)
   assert (epoch0[:, 0] == 0).all() and (epoch1[:, 0] == 1).all()
   np.testing.assert_array_equal(np.sort(epoch0[:, 1]), np.arange(n))
@@ -148,7 +149,7 @@ def test_process_shards_are_disjoint_and_cover_each_epoch(tiny):
   cfg, prepared = tiny
   n = prepared.num_examples["train"]
   # One batch of n per process spans epochs 0 and 1 of the global stream.
-  rows = [loader.TrainKeys(n, n, p, 2, seed=3)(0) for p in range(2)]
+  rows = [sampling.TrainKeys(n, n, p, 2, seed=3)(0) for p in range(2)]
   epoch0 = [r[r[:, 0] == 0, 1] for r in rows]
   assert abs(len(epoch0[0]) - len(epoch0[1])) <= 1
   assert not set(epoch0[0]) & set(epoch0[1])
@@ -170,7 +171,7 @@ def test_eval_iterator_is_finite_padded_and_complete(tiny):
   per_process = []
   for p in range(2):
     batches = list(loader.make_eval_iterator(cfg, prepared, 8, shard_index=p, shard_count=2))
-    assert len(batches) == loader.num_eval_batches(prepared, 8, 2) == -(-(-(-n // 2)) // 8)
+    assert len(batches) == len(sampling.eval_shard_indices(n, 8, 0, 2)) // 8 == -(-(-(-n // 2)) // 8)
     per_process.append(batches)
   weights = np.concatenate([b["next_sentence_weights"] for bs in per_process for b in bs])
   assert weights.sum() == n  # every validation instance once, the rest padding
@@ -183,7 +184,7 @@ def test_eval_iterator_is_finite_padded_and_complete(tiny):
 
 def test_packed_mlm_mode(data_root, make_config):
   cfg = make_config(data_root, mode="mlm_packed", whole_word_mask=True, random_token="uniform")
-  prepared = loader.prepare(cfg, verbose=False)
+  prepared = prepare(cfg, verbose=False)
   batch = next(loader.make_train_iterator(cfg, prepared, 8, shard_index=0, shard_count=1))
   ids, seg, mask = batch["input_ids"], batch["segment_ids"], batch["input_mask"]
   assert (batch["next_sentence_weights"] == 0).all()
@@ -192,35 +193,36 @@ def test_packed_mlm_mode(data_root, make_config):
   assert (mask.sum(1) > 50).mean() > 0.5  # rows are packed
 
 
-def test_to_global_arrays_shards_the_batch_dimension(tiny):
+def test_host_to_global_shards_the_batch_dimension(tiny):
+  """The loop's host -> device step (parallel.host_to_global) on a loader batch."""
   import jax  # pylint: disable=g-import-not-at-top
-  from jax.sharding import Mesh, PartitionSpec  # pylint: disable=g-import-not-at-top
+  from jax.sharding import PartitionSpec  # pylint: disable=g-import-not-at-top
+  from bert_jax import parallel  # pylint: disable=g-import-not-at-top
   cfg, prepared = tiny
   batch = next(loader.make_train_iterator(cfg, prepared, 16, shard_index=0, shard_count=1))
-  mesh = Mesh(np.array(jax.devices()).reshape(4, 2, 1), ("data", "fsdp", "tensor"))
-  arrays = loader.to_global_arrays(batch, mesh)
+  mesh = parallel.create_mesh((4, 2, 1), jax.devices())
+  arrays = parallel.host_to_global(batch, mesh)
   for k, v in arrays.items():
-    assert v.sharding.spec == PartitionSpec(("data", "fsdp"))
+    assert v.sharding.spec[0] == ("data", "fsdp")
     np.testing.assert_array_equal(np.asarray(v), batch[k])
     assert v.addressable_shards[0].data.shape[0] == 2  # 16 rows over 8 devices
 
 
-def test_orbax_checkpoint_of_the_iterator(tiny, tmp_path):
-  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+def test_checkpointer_saves_and_restores_the_iterator(tiny, tmp_path):
+  """The loop's checkpoints (checkpoint.Checkpointer) carry the iterator's position."""
+  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
   cfg, prepared = tiny
   make = lambda: loader.make_train_iterator(cfg, prepared, 8, shard_index=0, shard_count=1)
   it = make()
   take(it, 7)
-  with ocp.CheckpointManager(tmp_path / "ckpt") as mngr:
-    mngr.save(7, args=ocp.args.Composite(
-        state=ocp.args.StandardSave({"step": np.array(7, np.int32)}),
-        data_iter=loader.checkpoint_save_args(it)))
-    mngr.wait_until_finished()
-    expected = take(it, 3)
-    resumed = make()
-    mngr.restore(7, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore({"step": np.array(0, np.int32)}),
-        data_iter=loader.checkpoint_restore_args(resumed)))
+  ckpt = checkpoint.Checkpointer(str(tmp_path / "ckpt"), async_save=False)
+  ckpt.save(7, {"step": np.array(7, np.int32)}, {"task": "test"}, data_iterator=it)
+  ckpt.wait()
+  expected = take(it, 3)
+  resumed = make()
+  state, meta, step = ckpt.restore({"step": np.array(0, np.int32)}, data_iterator=resumed)
+  ckpt.close()
+  assert step == 7 and int(state["step"]) == 7 and meta["task"] == "test"
   assert_same_batches(take(resumed, 3), expected)
 
 
@@ -228,7 +230,7 @@ def test_bad_input_is_counted_in_the_summary(data_root, make_config, testdata, c
   files = ",".join(testdata(n) for n in ("bad_bytes.txt", "empty.txt", "tiny_corpus.txt"))
   cfg = make_config(data_root / "bad", text_files=files, max_line_chars=70,
                     validation_fraction=0.0)
-  prepared = loader.prepare(cfg)
+  prepared = prepare(cfg)
   out = capsys.readouterr().out
   assert "2 non-UTF-8 lines (replaced)" in out and "1 empty files" in out
   assert "1 one-sentence documents" in out
@@ -244,7 +246,7 @@ def test_a_validation_split_too_small_to_exist_is_dropped(data_root, make_config
   # A fraction > 0 that no document hashes under: tfds refuses the empty split, so the
   # documents are rebuilt with "train" only, and the instances follow.
   cfg = make_config(data_root / "no_val", validation_fraction=1e-12, vocab_path=google_vocab)
-  prepared = loader.prepare(cfg, verbose=False)
+  prepared = prepare(cfg, verbose=False)
   assert prepared.num_examples == {"train": prepared.num_examples["train"], "validation": 0}
   assert prepared.stats["corpus"]["train_documents"] == 8
   assert not list((data_root / "no_val").glob("*/validation-*.jsonl"))  # spill cleaned up
@@ -252,20 +254,20 @@ def test_a_validation_split_too_small_to_exist_is_dropped(data_root, make_config
 
 def test_clear_errors(data_root, make_config, testdata):
   with pytest.raises(FileNotFoundError, match="missing_corpus"):
-    loader.prepare(make_config(data_root, text_files="/nonexistent/missing_corpus*.txt"))
+    prepare(make_config(data_root, text_files="/nonexistent/missing_corpus*.txt"))
   with pytest.raises(ValueError, match="no non-empty training document"):
-    loader.prepare(make_config(data_root / "empty", text_files=testdata("empty.txt")))
+    prepare(make_config(data_root / "empty", text_files=testdata("empty.txt")))
   with pytest.raises(ValueError, match=r"lacks the special token\(s\) \[CLS\], \[SEP\], \[MASK\]"):
-    loader.prepare(make_config(data_root, vocab_path=testdata("vocab_no_specials.txt")))
+    prepare(make_config(data_root, vocab_path=testdata("vocab_no_specials.txt")))
   with pytest.raises(ValueError, match="mode='bert'"):
-    loader.prepare(make_config(data_root, mode="bert"))
+    prepare(make_config(data_root, mode="bert"))
   with pytest.raises(ValueError, match="corpus='tfds' needs config.tfds_name"):
-    loader.prepare(make_config(data_root, corpus="tfds"))
+    prepare(make_config(data_root, corpus="tfds"))
 
 
 def test_processes_do_not_change_the_prepared_data(tmp_path, make_config, google_vocab):
   # Shards of 3 documents: the fixture's 8 make 3 train tasks for 2 spawned workers.
-  prepared = [loader.prepare(make_config(tmp_path / str(p), prepare_processes=p,
+  prepared = [prepare(make_config(tmp_path / str(p), prepare_processes=p,
                                          shard_documents=3, vocab_path=google_vocab),
                              verbose=False) for p in (1, 2)]
   a, b = (loader.InstanceSource(p.instances_dir, "train") for p in prepared)
@@ -281,8 +283,9 @@ def test_prepare_and_load_never_import_tensorflow(tmp_path, make_config):
       import sys
       import ml_collections
       from bert_jax.data import loader
+      from bert_jax.data.prepare import prepare
       cfg = ml_collections.ConfigDict({cfg.to_dict()!r})
-      prepared = loader.prepare(cfg, verbose=False)
+      prepared = prepare(cfg, verbose=False)
       batch = next(loader.make_train_iterator(cfg, prepared, 4, shard_index=0, shard_count=1))
       assert batch["input_ids"].shape == (4, 64)
       print("tensorflow" in sys.modules)

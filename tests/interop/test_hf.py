@@ -252,7 +252,8 @@ def test_save_with_tokenizer_writes_vocab_and_json(tmp_path):
   hf.save_hf_bert(str(tmp_path), cfg, params, tokenizer_or_vocab=tok)
   assert (tmp_path / "vocab.txt").read_text() == open(os.path.join(TINY, "vocab.txt")).read()
   assert json.load(open(tmp_path / "tokenizer_config.json"))["do_lower_case"] is True
-  _, _, loaded = hf.load_for_inference(str(tmp_path))
+  from bert_jax import pretrained
+  _, _, loaded = pretrained.load_encoder(str(tmp_path))
   assert loaded.encode("the cat sat").ids == tok.encode("the cat sat").ids == [2, 75, 77, 79, 3]
 
 
@@ -263,38 +264,3 @@ def test_save_rejects_models_hf_bert_cannot_express(tmp_path):
   with pytest.raises(ValueError, match="mis-shaped.*token_embedder"):
     hf.save_hf_bert(str(tmp_path / "b"), cfg.replace(vocab_size=100), params)
   assert not os.listdir(tmp_path)  # nothing half-written
-
-
-# ---------------------------------------------------------------------------- inference
-def test_load_for_inference_hf_dir():
-  cfg, params, tok = hf.load_for_inference(TINY)
-  assert cfg.deterministic and not cfg.scan_layers
-  assert sorted(params) == ["embeddings", "encoder", "pooler"]
-  assert tok.get_vocab_size() == 122
-
-
-def test_load_for_inference_our_checkpoint(tmp_path, monkeypatch):
-  from bert_jax import checkpoint
-  cfg, params = hf.load_hf_bert(TINY, scan_layers=True)
-  (tmp_path / "checkpoints").mkdir()
-  calls = []
-
-  def fake(path):
-    calls.append(path)
-    return cfg, params, TINY
-
-  monkeypatch.setattr(checkpoint, "load_params_for_inference", fake)
-  got_cfg, got_params, tok = hf.load_for_inference(str(tmp_path))
-  assert calls == [str(tmp_path)]
-  assert got_cfg == cfg.replace(scan_layers=False, deterministic=True)
-  _, unrolled = hf.load_hf_bert(TINY, model="encoder")
-  _assert_same(got_params, unrolled)
-  assert tok.token_to_id("[MASK]") == 4
-
-
-def test_load_for_inference_bad_paths(tmp_path):
-  with pytest.raises(FileNotFoundError, match="does not exist"):
-    hf.load_for_inference(str(tmp_path / "nope"))
-  (tmp_path / "notes.txt").write_text("hi")
-  with pytest.raises(ValueError, match=f"{tmp_path} is neither a Hugging Face BERT directory"):
-    hf.load_for_inference(str(tmp_path))

@@ -23,11 +23,11 @@ CORPUS = os.path.join(ROOT, "tests", "testdata", "data", "tiny_corpus.txt")
 
 
 def e2e_config(data_dir: str, num_steps: int = 6) -> ml_collections.ConfigDict:
-  from bert_jax.data.config import get_data_config
+  from bert_jax.train.defaults import data_config
   c = tiny_config(num_steps=num_steps, batch_size=8, log_every=1, eval_every=0,
                   checkpoint_every=2, keep_checkpoints=5, async_checkpoints=False)
   c.model.vocab_size = 256
-  c.data = get_data_config()
+  c.data = data_config()
   c.data.update(dict(corpus="text", text_files=CORPUS, data_dir=data_dir, vocab_size=256,
                      max_seq_length=16, max_predictions_per_seq=4, dupe_factor=10,
                      validation_fraction=0.1, prepare_processes=1))

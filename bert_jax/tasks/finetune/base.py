@@ -28,10 +28,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from bert_jax.data import loader
+from bert_jax.data import sampling
 from bert_jax.layers.stacks import unrolled_to_scan
-from bert_jax.tasks.pretraining import model_config_from
 from bert_jax.train import losses
+from bert_jax.train.defaults import transformer_config
 from bert_jax.train.writer import log
 
 # TransformerConfig fields a fine-tuning config may set on top of a pretrained encoder's
@@ -41,28 +41,29 @@ RUN_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "remat_po
 
 
 def _resolve_encoder(config: ml_collections.ConfigDict):
-  """(TransformerConfig, encoder params or None, tokenizers.Tokenizer) of the config."""
+  """(TransformerConfig, tokenizers.Tokenizer) of the config.
+
+  With init_from only its config and tokenizer are read here; the weights are read by
+  `load_pretrained_params`, which the loop calls only when it does not resume.
+  """
+  from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
-  from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
   path = config.get("init_from") or ""
   vocab = config.data.get("vocab") or ""
   run = {k: v for k, v in config.model.items() if k in RUN_FIELDS}
   if path:
-    model_config, params, tokenizer = hf.load_for_inference(path)
+    model_config, _, tokenizer = pretrained.load_encoder(path, with_params=False)
     if vocab:
       tokenizer = load_tokenizer(vocab)
     if tokenizer is None:
       raise ValueError(f"init_from={path} has no tokenizer (vocab.txt / tokenizer.json); "
                        "set config.data.vocab to one.")
-    model_config = model_config.replace(deterministic=False, **run)
-    if model_config.scan_layers:
-      params = unrolled_to_scan(params)
-    return model_config, params, tokenizer
+    return model_config.replace(deterministic=False, **run), tokenizer
   if not vocab:
     raise ValueError("fine-tuning from scratch needs config.data.vocab (a vocab.txt, a "
                      "tokenizer.json or a directory); or set config.init_from to a "
                      "pretrained checkpoint (an HF BERT directory or one of our workdirs).")
-  return model_config_from(config), None, load_tokenizer(vocab)
+  return transformer_config(config), load_tokenizer(vocab)
 
 
 def labels_option(config) -> Optional[tuple]:
@@ -109,7 +110,7 @@ class FinetuneTask:
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config
-    self.model_config, self._pretrained, self.tokenizer = _resolve_encoder(config)
+    self.model_config, self.tokenizer = _resolve_encoder(config)
     self.tokenizer_dir = None  # set by prepare(): the workdir's copy of the tokenizer
     if self.tokenizer.get_vocab_size(with_added_tokens=True) > self.model_config.vocab_size:
       raise ValueError(f"the tokenizer has {self.tokenizer.get_vocab_size()} ids, more than "
@@ -208,7 +209,7 @@ class FinetuneTask:
     del phase
     n = len(self.train_features["input_ids"])
     ds = grain.MapDataset.range(sys.maxsize)  # batch numbers over an endless epoch stream
-    ds = ds.map(loader.TrainKeys(n, batch_size, shard_index, shard_count, seed))
+    ds = ds.map(sampling.TrainKeys(n, batch_size, shard_index, shard_count, seed))
     ds = ds.map(_Rows(self.train_features, self.fields))
     return iter(ds.to_iter_dataset())
 
@@ -224,9 +225,9 @@ class FinetuneTask:
   def _batches(self, features: dict, batch_size: int, shard_index: int, shard_count: int):
     """Every feature of this shard once, in fixed-shape batches (padding rows: index -1)."""
     n = len(features["input_ids"])
-    indices = loader.eval_shard_indices(n, batch_size, shard_index, shard_count)
+    indices = sampling.eval_shard_indices(n, batch_size, shard_index, shard_count)
     ds = grain.MapDataset.range(len(indices) // batch_size)
-    ds = ds.map(loader.EvalKeys(indices, batch_size))
+    ds = ds.map(sampling.EvalKeys(indices, batch_size))
     return iter(ds.map(_Rows(features, self.fields)).to_iter_dataset())
 
   # ----------------------------------------------------------------- params
@@ -242,13 +243,15 @@ class FinetuneTask:
     return self.model.init({"params": rng, "dropout": rng}, **self._inputs(batch))
 
   def load_pretrained_params(self, path: str, template):
-    """The template (fresh head) with the pretrained encoder in place of `bert`."""
-    from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
-    del path
+    """The template (fresh head) with the pretrained encoder of `path` in place of `bert`."""
+    from bert_jax import checkpoint, pretrained  # pylint: disable=g-import-not-at-top
+    _, params, _ = pretrained.load_encoder(path)
+    if self.model_config.scan_layers:
+      params = unrolled_to_scan(params)
     fresh = dict(template["bert"])
     # The pooler: fresh when the checkpoint has none, dropped when the head needs none.
-    encoder = {name: self._pretrained.get(name, sub) for name, sub in fresh.items()}
-    checkpoint.check_compatible(encoder, fresh, f"{self.config.init_from} (encoder)")
+    encoder = {name: params.get(name, sub) for name, sub in fresh.items()}
+    checkpoint.check_compatible(encoder, fresh, f"{path} (encoder)")
     return dict(template, bert=jax.tree_util.tree_map(jnp.asarray, encoder))
 
   # ------------------------------------------------------------------ model

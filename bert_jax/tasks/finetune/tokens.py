@@ -6,29 +6,18 @@ layouts (`[CLS] a [SEP] b [SEP]`, pair truncation, SQuAD windows) are exactly BE
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 from absl import logging
 import numpy as np
 import tokenizers
 
-
-@dataclasses.dataclass(frozen=True)
-class SpecialIds:
-  cls: int
-  sep: int
-  pad: int
-  unk: int
+from bert_jax.data.tokenizer import SpecialIds
 
 
 def special_ids(tokenizer: tokenizers.Tokenizer) -> SpecialIds:
-  """Reads [CLS]/[SEP]/[PAD]/[UNK] ids from the vocabulary (never hard-coded)."""
-  ids = {name: tokenizer.token_to_id(f"[{name.upper()}]") for name in ("cls", "sep", "pad", "unk")}
-  missing = [f"[{k.upper()}]" for k, v in ids.items() if v is None]
-  if missing:
-    raise ValueError(f"Tokenizer vocabulary lacks the BERT special tokens {missing}.")
-  return SpecialIds(**ids)
+  """[PAD]/[UNK]/[CLS]/[SEP]/[MASK] ids from the vocabulary (never hard-coded)."""
+  return SpecialIds.from_tokenizer(tokenizer, "the tokenizer vocabulary")
 
 
 def plain(tokenizer: tokenizers.Tokenizer) -> tokenizers.Tokenizer:

@@ -1,0 +1,104 @@
+"""The one pretrained-model loader: a Hugging Face BERT directory or one of our checkpoints.
+
+`load_encoder` serves fine-tuning's init_from (config + tokenizer when the task is built,
+the encoder weights only when the loop initializes from them: a resumed run never reads
+them), predict (the trained checkpoint's config + tokenizer; its weights are read once,
+by predict itself) and embed.py; `load_pretraining_params` serves pretraining's
+init_from (the encoder plus whichever pretraining heads the source has).
+
+`path`: an HF BERT directory (config.json + model.safetensors, or one of those files) or
+one of our training checkpoints (a workdir, its checkpoints/ dir, or a step dir).
+"""
+from __future__ import annotations
+
+import os
+
+from bert_jax import checkpoint
+from bert_jax.interop import hf
+from bert_jax.interop import hf_layout as layout
+from bert_jax.layers.stacks import scan_to_unrolled
+
+
+def load_encoder(path: str, *, with_params: bool = True):
+  """(config, BertModel params or None, tokenizers.Tokenizer or None) of `path`.
+
+  The config has deterministic=True and scan_layers=False; params are the unrolled
+  BertModel tree as numpy ({embeddings, encoder[, pooler]}: no pooler if the
+  checkpoint has none), or None without `with_params` (only the config is read).
+  """
+  from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
+  path = _resolve(path)
+  params = None
+  if _is_hf_dir(path):
+    config = hf.load_hf_config(path, deterministic=True)
+    if with_params:
+      params = hf.hf_to_params(hf.read_safetensors(path), config, model="encoder",
+                               drop_missing_heads=True, source=path)
+    tokenizer_dir = path if _has_tokenizer(path) else None
+  else:
+    config, params, tokenizer_dir = checkpoint.load_params_for_inference(
+        path, with_params=with_params)
+    config = config.replace(deterministic=True, scan_layers=False)
+    if with_params:
+      params = _encoder_of(params, path)
+  tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else None
+  return config, params, tokenizer
+
+
+def load_pretraining_params(path: str, nsp: bool):
+  """The unrolled pretraining tree {bert: encoder, heads...} of `path`, as numpy.
+
+  An HF directory gives BertForPreTraining's heads with NSP (missing heads left out) and
+  the encoder alone without; our checkpoints give their whole params tree.
+  """
+  path = _resolve(path)
+  if _is_hf_dir(path):
+    _, params = hf.load_hf_bert(path, model="pretraining" if nsp else "encoder",
+                                allow_missing_heads=True)
+    return params if nsp or "bert" in params else {"bert": params}
+  _, params, _ = checkpoint.load_params_for_inference(path)
+  return scan_to_unrolled(params)
+
+
+def _resolve(path: str) -> str:
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"Checkpoint path {path} does not exist.")
+  if os.path.isfile(path) and os.path.basename(path) in ("config.json", "model.safetensors"):
+    path = os.path.dirname(path) or "."
+  if not (_is_hf_dir(path) or _is_our_checkpoint(path)):
+    raise ValueError(
+        f"{path} is neither a Hugging Face BERT directory (config.json + model.safetensors) "
+        "nor a bert_jax training checkpoint (a workdir with checkpoints/<step>/state, or a "
+        "step directory).")
+  return path
+
+
+def _encoder_of(params, path: str):
+  """The BertModel subtree of a pretraining / fine-tuning / encoder params tree."""
+  flat = layout.plain_flat(params)
+  if any(p.startswith("bert/") for p in flat):  # pretraining / fine-tuning trees
+    flat = {p[len("bert/"):]: v for p, v in flat.items() if p.startswith("bert/")}
+  if not any(p.startswith("embeddings/") for p in flat):
+    raise ValueError(f"the checkpoint at {path} holds no BERT encoder (params: "
+                     f"{sorted({p.split('/')[0] for p in flat})}).")
+  return layout.unflatten(flat)
+
+
+def _is_hf_dir(path: str) -> bool:
+  return os.path.isfile(os.path.join(path, "config.json"))
+
+
+def _has_tokenizer(path: str) -> bool:
+  return any(os.path.exists(os.path.join(path, n)) for n in ("vocab.txt", "tokenizer.json"))
+
+
+def _is_our_checkpoint(path: str) -> bool:
+  """A workdir, its checkpoints/ dir or a step dir of bert_jax.checkpoint's layout."""
+  if not os.path.isdir(path):
+    return False
+  if os.path.isdir(os.path.join(path, "checkpoints")):
+    return True
+  if os.path.isdir(os.path.join(path, "state")):
+    return True
+  return any(n.isdigit() and os.path.isdir(os.path.join(path, n, "state"))
+             for n in os.listdir(path))

@@ -1,0 +1,55 @@
+"""bert_jax/pretrained.py: the one loader of HF BERT directories and our checkpoints."""
+import os
+
+import pytest
+
+from bert_jax import checkpoint, pretrained
+from bert_jax.interop import hf
+from tests.interop.test_hf import TINY, _assert_same
+
+
+def test_load_encoder_hf_dir():
+  cfg, params, tok = pretrained.load_encoder(TINY)
+  assert cfg.deterministic and not cfg.scan_layers
+  assert sorted(params) == ["embeddings", "encoder", "pooler"]
+  assert tok.get_vocab_size() == 122
+  cfg_only, none, tok_only = pretrained.load_encoder(os.path.join(TINY, "config.json"),
+                                                     with_params=False)
+  assert cfg_only == cfg and none is None and tok_only.get_vocab_size() == 122
+
+
+def test_load_encoder_our_checkpoint(tmp_path, monkeypatch):
+  cfg, params = hf.load_hf_bert(TINY, scan_layers=True)
+  (tmp_path / "checkpoints").mkdir()
+  calls = []
+
+  def fake(path, with_params=True):
+    calls.append((path, with_params))
+    return cfg, params if with_params else None, TINY
+
+  monkeypatch.setattr(checkpoint, "load_params_for_inference", fake)
+  got_cfg, got_params, tok = pretrained.load_encoder(str(tmp_path))
+  assert calls == [(str(tmp_path), True)]
+  assert got_cfg == cfg.replace(scan_layers=False, deterministic=True)
+  _, unrolled = hf.load_hf_bert(TINY, model="encoder")
+  _assert_same(got_params, unrolled)
+  assert tok.token_to_id("[MASK]") == 4
+  # Config and tokenizer only: the state is not asked for.
+  got_cfg, got_params, _ = pretrained.load_encoder(str(tmp_path), with_params=False)
+  assert calls[-1] == (str(tmp_path), False) and got_params is None
+  assert got_cfg == cfg.replace(scan_layers=False, deterministic=True)
+
+
+def test_load_pretraining_params_of_an_hf_dir():
+  _, expected = hf.load_hf_bert(TINY, model="pretraining", allow_missing_heads=True)
+  _assert_same(pretrained.load_pretraining_params(TINY, nsp=True), expected)
+  _, encoder = hf.load_hf_bert(TINY, model="encoder")
+  _assert_same(pretrained.load_pretraining_params(TINY, nsp=False), {"bert": encoder})
+
+
+def test_bad_paths(tmp_path):
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    pretrained.load_encoder(str(tmp_path / "nope"))
+  (tmp_path / "notes.txt").write_text("hi")
+  with pytest.raises(ValueError, match=f"{tmp_path} is neither a Hugging Face BERT directory"):
+    pretrained.load_encoder(str(tmp_path))
