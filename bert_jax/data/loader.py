@@ -24,6 +24,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
 from bert_jax.data import instances
+from bert_jax.data import masking
 from bert_jax.data import sampling
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data.prepare import PreparedData
@@ -85,7 +86,7 @@ class InstanceSource:
 class BatchMaker:
   """[B, 2] (epoch, instance index; -1 = padding example) -> a masked batch dict."""
 
-  def __init__(self, source: InstanceSource, masker: instances.Masker, max_seq_length: int,
+  def __init__(self, source: InstanceSource, masker: masking.Masker, max_seq_length: int,
                pad_id: int, nsp: bool):
     self.source, self.masker = source, masker
     self.max_seq_length, self.pad_id, self.nsp = max_seq_length, pad_id, nsp
@@ -113,13 +114,13 @@ class BatchMaker:
     return {k: batch[k] for k in BATCH_KEYS}
 
 
-def make_masker(cfg, prepared: PreparedData, seed: int) -> instances.Masker:
+def make_masker(cfg, prepared: PreparedData, seed: int) -> masking.Masker:
   tok = prepared.tokenizer()
   # Bracketed tokens ([PAD], [unused7], ...) are never chosen nor drawn.
   vocab = tok.get_vocab(with_added_tokens=True)
   special = [i for t, i in vocab.items() if len(t) > 2 and t[0] == "[" and t[-1] == "]"]
   weights = prepared.unigram_counts if cfg.random_token == "unigram" else None
-  return instances.Masker(
+  return masking.Masker(
       special_ids=special, vocab_size=prepared.vocab_size, mask_id=prepared.special.mask,
       max_predictions=cfg.max_predictions_per_seq, masked_lm_prob=cfg.masked_lm_prob,
       replacement_weights=weights, whole_word_mask=cfg.whole_word_mask,

@@ -57,11 +57,6 @@ def combine_masks(*masks: Optional[Array]) -> Optional[Array]:
   return functools.reduce(jnp.logical_and, masks)
 
 
-def mask_to_bias(mask: Array, dtype=jnp.float32) -> Array:
-  """Boolean mask -> additive bias: 0 where allowed, a large negative number elsewhere."""
-  return jnp.where(mask, 0.0, _MASK_VALUE).astype(dtype)
-
-
 # ----------------------------------------------------------------- dot-product attention
 def reference_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
                         mask: Array | None = None, dropout_rng=None, dropout_rate: float = 0.0,

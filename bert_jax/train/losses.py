@@ -45,9 +45,3 @@ def correct_count(logits: jax.Array, labels: jax.Array, weights: jax.Array | Non
   """Sum of weights where argmax(logits) == labels."""
   hit = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
   return jnp.sum(hit if weights is None else hit * weights.astype(jnp.float32))
-
-
-def sigmoid_binary_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """Elementwise BCE with logits, stable for large |logits|: [...] float32."""
-  logits = logits.astype(jnp.float32)
-  return jnp.maximum(logits, 0) - logits * labels + jnp.log1p(jnp.exp(-jnp.abs(logits)))

@@ -6,6 +6,7 @@ Only process 0 writes; every process may call.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -27,12 +28,16 @@ class MetricWriter:
       self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
 
   def write_scalars(self, step: int, scalars: dict) -> None:
+    """A non-finite value (no evaluation words in a toy corpus: a NaN Spearman) goes to
+    metrics.jsonl as "n/a" and not to TensorBoard, which would warn on it."""
     if not self.enabled:
       return
     clean = {k: float(v) for k, v in scalars.items()}
     for k, v in clean.items():
-      self._tb.add_scalar(k, v, step)
-    self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **clean}) + "\n")
+      if math.isfinite(v):
+        self._tb.add_scalar(k, v, step)
+    record = {k: v if math.isfinite(v) else "n/a" for k, v in clean.items()}
+    self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **record}) + "\n")
     self._jsonl.flush()
 
   def write_text(self, tag: str, text: str, step: int = 0) -> None:

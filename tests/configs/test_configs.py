@@ -1,7 +1,10 @@
-"""Every config file and arg builds, names its run command, and builds its task's model."""
+"""Every config file and arg builds, names its run command, and builds its task's model
+abstractly (jax.eval_shape of the task's init: shapes only, no FLOPs, no data)."""
 import importlib.util
 import os
 
+import jax
+import jax.numpy as jnp
 import pytest
 
 from bert_jax.tasks import registry
@@ -33,6 +36,24 @@ def test_config_builds_and_documents_its_command(name, arg):
   config.lock()
   with pytest.raises(AttributeError):
     config.train.no_such_field = 1  # a misspelled override cannot slip through
+  params = _abstract_params(config)
+  assert jax.tree_util.tree_leaves(params)
+
+
+def _abstract_params(config):
+  """The params tree (ShapeDtypeStructs) of the model the config trains."""
+  if config.task in registry.TRAINERS:  # word2vec: the vocabulary comes from the data
+    from bert_jax.word2vec.model import SkipGram  # pylint: disable=g-import-not-at-top
+    ids = jnp.zeros((1,), jnp.int32)
+    return jax.eval_shape(lambda: SkipGram(1000, config.model.embed_dim).init(
+        jax.random.key(0), ids, ids[:, None]))["params"]
+  if config.data.get("source") == "file" and not config.data.get("labels"):
+    config.unlock()
+    config.data.labels = "neg,pos"  # else read from data.train_file, which has none here
+  task = registry.get_task(config)
+  shapes = task.phase_shapes(dict((config.train.get("phases") or [{}])[-1]))
+  batch = task.dummy_batch(2, shapes["seq_len"], shapes["num_predictions"])
+  return jax.eval_shape(lambda: task.init(jax.random.key(0), batch))["params"]
 
 
 def test_unknown_finetune_args_are_errors():

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 
 from bert_jax.models.bert import BertForPreTraining, BertModel, dummy_inputs
-from bert_jax.models.gpt import GPT
-from bert_jax.models.seq2seq import Transformer
 from bert_jax.models.variants import VARIANTS, get_model_config
+from tests.models.names import assert_every_param_named
 
 TESTDATA = os.path.join(os.path.dirname(__file__), "..", "testdata")
 TINY = get_model_config("bert/tiny", vocab_size=64, max_len=32, deterministic=True)
@@ -38,25 +37,11 @@ def test_param_tree_matches_stored_shapes():
   assert got == expect
 
 
-@pytest.mark.parametrize("name", ["bert/tiny", "transformer/base", "gpt/small"])
 @pytest.mark.parametrize("scan", [False, True])
-def test_every_param_has_logical_axis_names(name, scan):
-  cfg = get_model_config(name, scan_layers=scan, num_layers=2, num_decoder_layers=2)
-  ids = jnp.zeros((1, 8), jnp.int32)
-  if name.startswith("bert"):
-    init = lambda: BertForPreTraining(cfg).init(jax.random.key(0), **dummy_inputs())
-  elif name.startswith("transformer"):
-    init = lambda: Transformer(cfg).init(jax.random.key(0), ids, ids)
-  else:
-    init = lambda: GPT(cfg).init(jax.random.key(0), ids)
-  params = jax.eval_shape(init)["params"]
-  leaves = jax.tree_util.tree_leaves_with_path(
-      params, is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
-  assert leaves
-  for path, leaf in leaves:
-    assert isinstance(leaf, nn.LogicallyPartitioned), f"{jax.tree_util.keystr(path)} has no names"
-    assert len(leaf.names) == leaf.value.ndim, jax.tree_util.keystr(path)
-    assert all(isinstance(n, str) for n in leaf.names), jax.tree_util.keystr(path)
+def test_every_param_has_logical_axis_names(scan):
+  cfg = get_model_config("bert/tiny", scan_layers=scan, num_layers=2)
+  assert_every_param_named(jax.eval_shape(
+      lambda: BertForPreTraining(cfg).init(jax.random.key(0), **dummy_inputs()))["params"])
 
 
 def test_masked_position_logits_equal_full_logits_gathered(tiny_bert):

@@ -73,14 +73,14 @@ def labels_option(config) -> Optional[tuple]:
 
 
 class Split:
-  """Which split of the data config a task reads: its name, file and size cap."""
+  """What a task reads for its "train" or "eval" role: the dataset's split, file and cap."""
 
-  def __init__(self, config: ml_collections.ConfigDict, split: str):
+  def __init__(self, config: ml_collections.ConfigDict, role: str):
     d = config.data
-    self.split = split
-    self.name = d.eval_split if split == "eval" else d.train_split
-    self.file = d.eval_file if split == "eval" else d.train_file
-    self.limit = int(d.max_eval_examples if split == "eval" else d.max_train_examples)
+    self.role = role  # "train" | "eval"
+    self.dataset_split = d.eval_split if role == "eval" else d.train_split  # e.g. "validation"
+    self.file = d.eval_file if role == "eval" else d.train_file
+    self.limit = int(d.max_eval_examples if role == "eval" else d.max_train_examples)
 
 
 class _Rows:
@@ -162,7 +162,7 @@ class FinetuneTask:
     features, feat_log = self.featurize(examples, for_training,
                                         source=f"{read_log.source} features")
     read_log.merge(feat_log).kept = feat_log.kept
-    log(f"{self.name} {split} ({s.name}): {read_log.summary()}")
+    log(f"{self.name} {split} ({s.dataset_split}): {read_log.summary()}")
     if for_training:
       labels = self.train_label_ids(features)
       self.class_weights = None if labels is None else self.class_weight_array(*labels)

@@ -2,7 +2,7 @@
 
 Numpy/python only. Every function takes the gold values first, then the predictions
 (the order of sklearn and seqeval), and returns plain floats in [0, 1] (SQuAD's
-percentages live in `squad_metrics.py`). Definitions follow the references exactly:
+percentages live in `squad/metrics.py`). Definitions follow the references exactly:
 
   * accuracy, binary F1, per-class precision/recall/F1 and macro-F1: sklearn, with
     `zero_division=0` (a class never predicted has precision 0, not NaN);
@@ -215,3 +215,11 @@ METRIC_FNS = {
     "pearson": pearson,
     "spearman": spearman,
 }
+
+
+def named_metrics(names, labels: np.ndarray, predictions: np.ndarray) -> dict[str, float]:
+  """{name: METRIC_FNS[name](labels, predictions)} for a task's metric names.
+
+  labels / predictions: [N] label ids (argmax of the logits), or scores for regression.
+  """
+  return {m: METRIC_FNS[m](labels, predictions) for m in names}

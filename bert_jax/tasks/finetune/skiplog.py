@@ -67,9 +67,5 @@ class SkipLog:
       parts.append("notes: " + ", ".join(f"{r}={n}" for r, n in sorted(self.notes.items())))
     return "; ".join(parts)
 
-  def log_summary(self) -> None:
-    level = logging.WARNING if self.skipped else logging.INFO
-    logging.log(level, "%s", self.summary())
-
   def __repr__(self) -> str:
     return f"SkipLog({self.summary()})"

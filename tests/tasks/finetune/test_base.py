@@ -40,6 +40,27 @@ def csv_files(tmp_path):
   return str(train), str(dev)
 
 
+def _count_param_reads(monkeypatch) -> list:
+  """The paths whose weights (not only config/tokenizer) are read from now on."""
+  from bert_jax import checkpoint, pretrained  # pylint: disable=g-import-not-at-top
+  reads = []
+  load_encoder, load_ckpt = pretrained.load_encoder, checkpoint.load_params_for_inference
+
+  def counted_encoder(path, *, with_params=True):
+    if with_params:
+      reads.append(path)
+    return load_encoder(path, with_params=with_params)
+
+  def counted_ckpt(path, with_params=True):
+    if with_params:
+      reads.append(path)
+    return load_ckpt(path, with_params=with_params)
+
+  monkeypatch.setattr(pretrained, "load_encoder", counted_encoder)
+  monkeypatch.setattr(checkpoint, "load_params_for_inference", counted_ckpt)
+  return reads
+
+
 def _records(workdir):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     return [json.loads(line) for line in f]
@@ -66,7 +87,7 @@ def test_init_from_hf_puts_the_pretrained_encoder_under_bert(csv_files, tmp_path
   assert task.label_list == ("neg", "pos") and task.num_labels == 2
 
 
-def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path):
+def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path, monkeypatch):
   c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
            eval_file=csv_files[1], labels="neg,pos")
   c.train.num_epochs = 2.0
@@ -90,7 +111,9 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path)
   inputs.write_text('sentence\n"A fine, funny film."\n""\nDull.\n', encoding="utf-8")
   c.mode = "predict"
   c.predict.input_file = str(inputs)
+  reads = _count_param_reads(monkeypatch)
   out = registry.run(c, str(tmp_path))
+  assert len(reads) == 1, reads  # the trained weights, read once (the task reads only meta)
   rows = [json.loads(line) for line in open(out, encoding="utf-8")]
   assert [r["text_a"] for r in rows] == ["A fine, funny film.", "Dull."]  # empty: skipped
   for r in rows:
@@ -173,10 +196,13 @@ def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatc
       os.kill(os.getpid(), signal.SIGTERM)  # the loop saves step 3 and stops
 
   monkeypatch.setattr(writer_lib.MetricWriter, "write_scalars", write_then_preempt)
+  reads = _count_param_reads(monkeypatch)
   first = loop.train_and_evaluate(c, str(tmp_path / "cut"), registry.get_task(c))
   assert first["preempted"] and first["step"] == 3
+  assert reads == [TINY_BERT]  # the fresh run starts from init_from's encoder
   monkeypatch.setattr(writer_lib.MetricWriter, "write_scalars", write)
   loop.train_and_evaluate(c, str(tmp_path / "cut"), registry.get_task(c))
+  assert reads == [TINY_BERT]  # the resumed run restores its own checkpoint only
 
   def losses(d):
     return {r["step"]: r["loss"] for r in _records(d) if "loss" in r}

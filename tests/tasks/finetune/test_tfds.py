@@ -61,7 +61,7 @@ def test_glue_sst2_mock_data_end_to_end(tokenizer):
   assert (f["input_ids"][:, 0] == tokenizer.token_to_id("[CLS]")).all()
   want = [task.label_names.index(e.label) for e in exs]
   assert f["labels"].tolist() == want
-  assert glue.glue_metrics("sst2", f["labels"], want) == {"accuracy": 1.0}
+  assert metrics.named_metrics(task.metrics, f["labels"], np.asarray(want)) == {"accuracy": 1.0}
 
 
 def test_conll2003_mock_data_random_then_coherent(tokenizer):

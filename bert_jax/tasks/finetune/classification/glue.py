@@ -1,7 +1,7 @@
 """The GLUE task table: tfds text keys, label names (or regression), official metrics.
 
 Text keys and label names are those of the tfds `glue/<task>` builders (checked
-against the installed builder in tests/tasks/test_tfds_readers.py); the metrics are
+against the installed builder in tests/tasks/finetune/test_tfds.py); the metrics are
 GLUE's official ones (Wang et al. 2019, table 1). Label ids are positions in
 `label_names`, the same as tfds' ClassLabel ids.
 """
@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Optional
-
-import numpy as np
-
-from bert_jax.tasks.finetune import metrics as metrics_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,17 +60,3 @@ def get_glue_task(name: str) -> GlueTask:
   if name not in GLUE_TASKS:
     raise ValueError(f"Unknown GLUE task {name!r}; one of {sorted(GLUE_TASKS)}.")
   return GLUE_TASKS[name]
-
-
-def glue_metrics(task: str, labels, predictions) -> dict[str, float]:
-  """The task's official metrics on label ids (or scores for STS-B) -> {name: value}.
-
-  Args:
-    task: a GLUE_TASKS name.
-    labels: [N] gold label ids (float scores for stsb).
-    predictions: [N] predicted ids (argmax of the logits) or scores.
-  """
-  t = get_glue_task(task)
-  dtype = np.float64 if t.is_regression else np.int64
-  labels, predictions = np.asarray(labels, dtype), np.asarray(predictions, dtype)
-  return {m: metrics_lib.METRIC_FNS[m](labels, predictions) for m in t.metrics}

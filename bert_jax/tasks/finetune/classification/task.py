@@ -60,9 +60,9 @@ class ClassificationTask(FinetuneTask):
   def read(self, split: Split):
     src = self.config.data.source
     if src == "polarity":
-      return data.load_polarity(split.name)
+      return data.load_polarity(split.dataset_split)
     if src.startswith("glue/"):
-      return data.load_glue(src, split.name, **tfds_kwargs(self.config))
+      return data.load_glue(src, split.dataset_split, **tfds_kwargs(self.config))
     return self._read_file(self.config, split.file)
 
   def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
@@ -109,7 +109,7 @@ class ClassificationTask(FinetuneTask):
     o = self.ordered(outputs)
     labels = self.eval_features["labels"][o["feature_index"]]
     preds = self.predictions(o["logits"])
-    result = {m: metrics_lib.METRIC_FNS[m](labels, preds) for m in self.metric_names}
+    result = metrics_lib.named_metrics(self.metric_names, labels, preds)
     if not self.regression:
       result.setdefault("accuracy", metrics_lib.accuracy(labels, preds))
       # Per class over the whole label set (a class absent from both sides scores 0).

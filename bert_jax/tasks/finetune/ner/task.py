@@ -48,7 +48,7 @@ class NerTask(FinetuneTask):
 
   def read(self, split: Split):
     if self.config.data.source == "conll2003":
-      return data.load_conll2003(split.name, **tfds_kwargs(self.config))
+      return data.load_conll2003(split.dataset_split, **tfds_kwargs(self.config))
     return self._read_file(self.config, split.file)
 
   def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):

@@ -8,7 +8,7 @@ with the question cut to `max_query_length` tokens and windows of n <= L - k - 3
 context tokens starting every `doc_stride` tokens (run_squad's DocSpans), so every
 context token is in at least one window. The char<->token map comes from the fast
 tokenizer's offsets on the context alone, so a predicted span maps back to the exact
-original characters (accents, extra spaces and case included): see squad_postprocess.
+original characters (accents, extra spaces and case included): see postprocess.py.
 
 Feature dict (F = features, L = max_seq_length):
   input_ids      int32 [F, L]

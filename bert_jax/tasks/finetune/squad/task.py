@@ -40,7 +40,7 @@ class SquadTask(FinetuneTask):
       if not split.file:
         raise ValueError("squad: data.source='file' needs data.train_file and data.eval_file.")
       return data.read_squad_json(split.file)
-    return data.load_squad(src.split("/")[1], split.name, **tfds_kwargs(self.config))
+    return data.load_squad(src.split("/")[1], split.dataset_split, **tfds_kwargs(self.config))
 
   def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
     del unlabeled  # eval features carry no answer positions anyway
