@@ -193,7 +193,8 @@ def make_eval_iterator(cfg, prepared: PreparedData, batch_size_per_process: int,
     raise ValueError(f"No {split} instances in {prepared.instances_dir}: the corpus is too "
                      "small for its validation_fraction, or the fraction is 0.")
   source = InstanceSource(prepared.instances_dir, split)
-  indices = sampling.eval_shard_indices(len(source), batch_size_per_process, shard_index, shard_count)
+  indices = sampling.eval_shard_indices(len(source), batch_size_per_process, shard_index,
+                                        shard_count)
   ds = grain.MapDataset.range(len(indices) // batch_size_per_process)
   ds = ds.map(sampling.EvalKeys(indices, batch_size_per_process))
   ds = ds.map(BatchMaker(source, make_masker(cfg, prepared, seed), cfg.max_seq_length,

@@ -1,9 +1,10 @@
 """train_and_evaluate: mesh, sharded state, restore-or-init, the step loop, eval, saves.
 
 The task arrives built (tasks/registry.py), and the loop relies only on the Protocol
-of tasks/base.py (this package never imports tasks/). Sections: (1) mesh, optimizer; (2) abstract state -> shardings -> sharded init;
-(3) restore (workdir checkpoint -> init_from -> scratch); (4) jit the steps once;
-(5) the loop with metrics, eval, checkpoints and preemption; (6) the final summary.
+of tasks/base.py (this package never imports tasks/). Sections: (1) mesh, optimizer;
+(2) abstract state -> shardings -> sharded init; (3) restore (workdir checkpoint ->
+init_from -> scratch); (4) jit the steps once; (5) the loop with metrics, eval,
+checkpoints and preemption; (6) the final summary.
 """
 from __future__ import annotations
 

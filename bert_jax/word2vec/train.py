@@ -199,7 +199,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       corpus, vocab.counts, window=d.window, negatives=t.negatives, sample=d.sample,
       ns_exponent=t.ns_exponent, alpha=t.alpha, min_alpha=t.min_alpha, epochs=t.epochs,
       chunk_size=t.chunk_size, chunks=t.chunks_per_step, seed=config.seed)
-  state, state_shardings = step_lib.create_state(mesh, len(vocab), config.model.embed_dim, config.seed)
+  state, state_shardings = step_lib.create_state(mesh, len(vocab), config.model.embed_dim,
+                                                 config.seed)
 
   # ---- outputs: metrics, checkpoints (closed however the run ends: pending saves finish)
   writer = MetricWriter(workdir) if log_fn is None else None

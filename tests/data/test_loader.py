@@ -171,7 +171,8 @@ def test_eval_iterator_is_finite_padded_and_complete(tiny):
   per_process = []
   for p in range(2):
     batches = list(loader.make_eval_iterator(cfg, prepared, 8, shard_index=p, shard_count=2))
-    assert len(batches) == len(sampling.eval_shard_indices(n, 8, 0, 2)) // 8 == -(-(-(-n // 2)) // 8)
+    expected = -(-(-(-n // 2)) // 8)  # ceil(ceil(n / 2) / 8) on each process
+    assert len(batches) == len(sampling.eval_shard_indices(n, 8, p, 2)) // 8 == expected
     per_process.append(batches)
   weights = np.concatenate([b["next_sentence_weights"] for bs in per_process for b in bs])
   assert weights.sum() == n  # every validation instance once, the rest padding

@@ -310,7 +310,7 @@ class FinetuneTask:
 
   def class_weight_array(self, labels, num_classes: int) -> Optional[np.ndarray]:
     """train.class_weights: "" (none), "inverse_frequency", or "w0,w1,...": [C] or None."""
-    from bert_jax.tasks.finetune.classification.features import class_weights  # pylint: disable=g-import-not-at-top
+    from bert_jax.tasks.finetune.classification.features import class_weights  # pylint: disable=g-import-not-at-top,line-too-long
     mode = self.config.train.get("class_weights") or ""
     if not mode:
       return None
