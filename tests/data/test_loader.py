@@ -1,4 +1,4 @@
-"""prepare + iterators on the fixture corpus: values, determinism, state, sharding, errors."""
+"""The iterators over prepared fixture data: values, determinism, state, sharding."""
 import itertools
 import json
 import os
@@ -7,7 +7,6 @@ import sys
 import textwrap
 
 import numpy as np
-import pytest
 
 from bert_jax.data import loader, sampling
 from bert_jax.data.prepare import prepare
@@ -23,31 +22,6 @@ def assert_same_batches(xs, ys):
     assert x.keys() == y.keys()
     for k in x:
       np.testing.assert_array_equal(x[k], y[k], err_msg=k)
-
-
-def test_prepare_is_idempotent_and_config_hashed(tiny, make_config, data_root, google_vocab,
-                                                 capsys):
-  cfg, prepared = tiny
-  again = prepare(cfg)  # reuses: prints the summary, builds nothing
-  assert again.instances_dir == prepared.instances_dir
-  out = capsys.readouterr().out
-  assert "8 documents" in out and "Downloading" not in out
-  assert prepared.num_examples["train"] > 100 and prepared.num_examples["validation"] > 10
-  assert prepared.special == loader.tokenizer_lib.SpecialIds(0, 100, 101, 102, 103)
-  counts = prepared.unigram_counts
-  assert counts.shape == (30522,) and counts[list(prepared.special.all)].sum() == 0
-  assert counts.sum() == prepared.stats["instances"]["train"]["tokens"]
-  assert counts[prepared.tokenizer().token_to_id("the")] >= 20
-  other = prepare(make_config(data_root, max_seq_length=48,  # an HF tokenizer dir
-                                     vocab_path=os.path.dirname(google_vocab)),
-                         verbose=False)
-  assert other.instances_dir != prepared.instances_dir
-  assert other.documents_dir == prepared.documents_dir  # documents reused
-  # No vocab_path: one is trained, saved under data_dir, and reused by the next prepare.
-  trained = prepare(make_config(data_root), verbose=False)
-  assert trained.vocab_path.startswith(str(data_root)) and trained.special.all == (0, 1, 2, 3, 4)
-  reused = prepare(make_config(data_root), verbose=False)
-  assert (reused.vocab_path, reused.instances_dir) == (trained.vocab_path, trained.instances_dir)
 
 
 def test_train_batch_values(tiny):
@@ -225,57 +199,6 @@ def test_checkpointer_saves_and_restores_the_iterator(tiny, tmp_path):
   ckpt.close()
   assert step == 7 and int(state["step"]) == 7 and meta["task"] == "test"
   assert_same_batches(take(resumed, 3), expected)
-
-
-def test_bad_input_is_counted_in_the_summary(data_root, make_config, testdata, capsys):
-  files = ",".join(testdata(n) for n in ("bad_bytes.txt", "empty.txt", "tiny_corpus.txt"))
-  cfg = make_config(data_root / "bad", text_files=files, max_line_chars=70,
-                    validation_fraction=0.0)
-  prepared = prepare(cfg)
-  out = capsys.readouterr().out
-  assert "2 non-UTF-8 lines (replaced)" in out and "1 empty files" in out
-  assert "1 one-sentence documents" in out
-  corpus = prepared.stats["corpus"]
-  assert corpus["truncated_lines"] == 3 and corpus["train_documents"] == 8
-  assert prepared.num_examples["validation"] == 0
-  with pytest.raises(ValueError, match="No validation instances"):
-    loader.make_eval_iterator(cfg, prepared, 4, shard_index=0, shard_count=1)
-
-
-def test_a_validation_split_too_small_to_exist_is_dropped(data_root, make_config,
-                                                         google_vocab):
-  # A fraction > 0 that no document hashes under: tfds refuses the empty split, so the
-  # documents are rebuilt with "train" only, and the instances follow.
-  cfg = make_config(data_root / "no_val", validation_fraction=1e-12, vocab_path=google_vocab)
-  prepared = prepare(cfg, verbose=False)
-  assert prepared.num_examples == {"train": prepared.num_examples["train"], "validation": 0}
-  assert prepared.stats["corpus"]["train_documents"] == 8
-  assert not list((data_root / "no_val").glob("*/validation-*.jsonl"))  # spill cleaned up
-
-
-def test_clear_errors(data_root, make_config, testdata):
-  with pytest.raises(FileNotFoundError, match="missing_corpus"):
-    prepare(make_config(data_root, text_files="/nonexistent/missing_corpus*.txt"))
-  with pytest.raises(ValueError, match="no non-empty training document"):
-    prepare(make_config(data_root / "empty", text_files=testdata("empty.txt")))
-  with pytest.raises(ValueError, match=r"lacks the special token\(s\) \[CLS\], \[SEP\], \[MASK\]"):
-    prepare(make_config(data_root, vocab_path=testdata("vocab_no_specials.txt")))
-  with pytest.raises(ValueError, match="mode='bert'"):
-    prepare(make_config(data_root, mode="bert"))
-  with pytest.raises(ValueError, match="corpus='tfds' needs config.tfds_name"):
-    prepare(make_config(data_root, corpus="tfds"))
-
-
-def test_processes_do_not_change_the_prepared_data(tmp_path, make_config, google_vocab):
-  # Shards of 3 documents: the fixture's 8 make 3 train tasks for 2 spawned workers.
-  prepared = [prepare(make_config(tmp_path / str(p), prepare_processes=p,
-                                         shard_documents=3, vocab_path=google_vocab),
-                             verbose=False) for p in (1, 2)]
-  a, b = (loader.InstanceSource(p.instances_dir, "train") for p in prepared)
-  assert len(a) == len(b) > 100
-  for i in range(len(a)):
-    np.testing.assert_array_equal(a[i][0], b[i][0])
-  np.testing.assert_array_equal(prepared[0].unigram_counts, prepared[1].unigram_counts)
 
 
 def test_prepare_and_load_never_import_tensorflow(tmp_path, make_config):

@@ -232,8 +232,13 @@ class FinetuneTask:
 
   # ----------------------------------------------------------------- params
   def dummy_batch(self, batch_size: int, seq_len: int, num_predictions: int = 0) -> dict:
+    """A batch of the train features' first row (every field, labels included); before
+    prepare() only the model inputs, zeros (enough for init / eval_shape)."""
     del seq_len, num_predictions  # always self.seq_len, no MLM predictions
     row = {k: v[:1] for k, v in self.train_features.items() if k in self.fields}
+    if not row:
+      row = {k: np.zeros((1, self.seq_len), np.int32)
+             for k in ("input_ids", "input_mask", "segment_ids")}
     batch = {k: np.repeat(v, batch_size, axis=0) for k, v in row.items()}
     batch.update(example_weight=np.ones(batch_size, np.float32),
                  feature_index=np.zeros(batch_size, np.int32))
