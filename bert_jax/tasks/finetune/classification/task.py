@@ -12,7 +12,8 @@ import numpy as np
 from bert_jax.models import heads
 from bert_jax.tasks.finetune import metrics as metrics_lib
 from bert_jax.tasks.finetune.base import FinetuneTask, Split, labels_option
-from bert_jax.tasks.finetune.classification import data, features
+from bert_jax.tasks.finetune.classification import data
+from bert_jax.tasks.finetune.classification import features as featurize_lib
 from bert_jax.tasks.finetune.classification.glue import get_glue_task
 from bert_jax.tasks.finetune.tfds import tfds_kwargs
 from bert_jax.train import losses
@@ -67,7 +68,7 @@ class ClassificationTask(FinetuneTask):
 
   def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
     del training
-    return features.featurize_classification(
+    return featurize_lib.featurize_classification(
         examples, self.tokenizer, self.seq_len, self.label_list, self.regression,
         allow_unlabeled=unlabeled, source=source)
 

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 from bert_jax.models import heads
 from bert_jax.tasks.finetune import metrics as metrics_lib
 from bert_jax.tasks.finetune.base import FinetuneTask, Split, labels_option
-from bert_jax.tasks.finetune.ner import data, features
+from bert_jax.tasks.finetune.ner import data
+from bert_jax.tasks.finetune.ner import features as featurize_lib
 from bert_jax.tasks.finetune.tfds import tfds_kwargs
 from bert_jax.train import losses
 from bert_jax.train.writer import log as log_line
@@ -53,8 +54,8 @@ class NerTask(FinetuneTask):
 
   def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
     del training
-    return features.featurize_ner(examples, self.tokenizer, self.seq_len, self.label_list,
-                                 allow_unlabeled=unlabeled, source=source)
+    return featurize_lib.featurize_ner(examples, self.tokenizer, self.seq_len, self.label_list,
+                                      allow_unlabeled=unlabeled, source=source)
 
   def read_unlabeled(self, path):
     return data.read_ner_input(path)
@@ -86,8 +87,8 @@ class NerTask(FinetuneTask):
   def word_tags(self, features, outputs):
     o = self.ordered(outputs)
     fi = o["feature_index"]
-    tags = features.predictions_to_words(o["predictions"], features["word_ids"][fi],
-                                        self.label_list, features["num_words"][fi])
+    tags = featurize_lib.predictions_to_words(o["predictions"], features["word_ids"][fi],
+                                             self.label_list, features["num_words"][fi])
     return features["example_index"][fi], tags
 
   def host_metrics(self, outputs):

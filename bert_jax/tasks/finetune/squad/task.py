@@ -10,7 +10,8 @@ import jax.numpy as jnp
 
 from bert_jax.models import heads
 from bert_jax.tasks.finetune.base import FinetuneTask, Split
-from bert_jax.tasks.finetune.squad import data, features
+from bert_jax.tasks.finetune.squad import data
+from bert_jax.tasks.finetune.squad import features as featurize_lib
 from bert_jax.tasks.finetune.squad import metrics as squad_metrics
 from bert_jax.tasks.finetune.squad.postprocess import postprocess_squad
 from bert_jax.tasks.finetune.tfds import tfds_kwargs
@@ -45,8 +46,8 @@ class SquadTask(FinetuneTask):
   def featurize(self, examples, training: bool, source: str, unlabeled: bool = False):
     del unlabeled  # eval features carry no answer positions anyway
     d = self.config.data
-    return features.featurize_squad(examples, self.tokenizer, self.seq_len, d.doc_stride,
-                                     d.max_query_length, training, source=source)
+    return featurize_lib.featurize_squad(examples, self.tokenizer, self.seq_len, d.doc_stride,
+                                          d.max_query_length, training, source=source)
 
   def read_unlabeled(self, path):
     return data.read_squad_json(path)
