@@ -92,6 +92,8 @@ def seq2seq_init_cache(model: nn.Module, params, encoded: Array, src_mask: Array
   expand it with the rest of the cache.
   """
   dm = decode_model(model)
+  if length > dm.config.max_len:  # the sinusoid table would clamp later positions silently
+    raise ValueError(f"{length} target steps exceed the model's {dm.config.max_len} positions.")
   batch, src_len = src_mask.shape
   shapes = jax.eval_shape(dm.init, jax.random.key(0), jnp.ones((batch, src_len), jnp.int32),
                           jnp.zeros((batch, length), jnp.int32))["cache"]
