@@ -1,0 +1,174 @@
+"""Our seq2seq decoding (beam 4 and greedy) against transformers' MarianMTModel.generate.
+
+  .venv/bin/python bench/decode.py --ref_python .venv-ref/bin/python   # both sides, one run
+  .venv/bin/python bench/decode.py --side ours --scan                   # ours only
+
+Ours runs in this process (the project venv); the reference runs in a subprocess under
+--ref_python (the .venv-ref of requirements-ref.txt: torch CPU + transformers 4.57.6), so
+the two are measured in one run on the same machine, one after the other, never together.
+
+Same model on both sides, random weights: 6 + 6 layers, d_model 512, 8 heads, FFN 2048
+(ReLU), vocabulary 8000 shared by source, target and the tied output projection, sinusoidal
+positions, embeddings scaled by sqrt(d) (Marian = the Vaswani base layout, post-LN), float32.
+Batch 32 sources of exactly --src_len tokens (no padding), and every hypothesis runs for
+exactly --new_tokens tokens: EOS is suppressed on both sides (theirs: min_new_tokens =
+max_new_tokens; ours: no eos_id), so both do the same number of decoder steps. Beam search
+keeps 4 beams with length penalty 0.6 on both sides.
+
+Reported: sentences/s and generated tokens/s (batch x new tokens of the returned best
+hypotheses, excluding BOS), best of --reps timed calls after one warm-up call (ours: the
+warm-up includes the XLA compile, reported separately).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DIMS = dict(vocab=8000, d_model=512, layers=6, heads=8, ffn=2048)
+PAD, BOS, EOS = 0, 1, 2
+
+
+def _sources(batch: int, src_len: int, vocab: int, seed: int = 0):
+  import numpy as np
+  return np.random.default_rng(seed).integers(3, vocab, size=(batch, src_len)).astype(np.int32)
+
+
+def _timed(fn, reps: int):
+  """(first call seconds, timed repeat seconds, the last call's result)."""
+  start = time.perf_counter()
+  result = fn()
+  first = time.perf_counter() - start
+  times = []
+  for _ in range(reps):
+    start = time.perf_counter()
+    result = fn()
+    times.append(time.perf_counter() - start)
+  return first, times, result
+
+
+# ------------------------------------------------------------------------------ ours
+def run_ours(args) -> dict:
+  sys.path.insert(0, ROOT)
+  import jax
+  import jax.numpy as jnp
+
+  from bert_jax import decoding
+  from bert_jax.layers.config import TransformerConfig
+  from bert_jax.models.seq2seq import Transformer
+
+  cfg = TransformerConfig(
+      vocab_size=DIMS["vocab"], hidden_size=DIMS["d_model"], num_layers=DIMS["layers"],
+      num_decoder_layers=DIMS["layers"], num_heads=DIMS["heads"], mlp_dim=DIMS["ffn"],
+      max_len=max(args.src_len, args.new_tokens) + 1, type_vocab_size=0, activation="relu",
+      position="sinusoidal", scale_embeddings=True, init="xavier", layer_norm_eps=1e-5,
+      dropout_rate=0.0, attention_dropout_rate=0.0, deterministic=True,
+      scan_layers=args.scan)
+  model = Transformer(cfg)
+  src = jnp.asarray(_sources(args.batch, args.src_len, DIMS["vocab"]))
+  mask = jnp.ones(src.shape, bool)
+  params = jax.jit(lambda: model.init(jax.random.key(0), src[:, :2], src[:, :2])["params"])()
+  out = {}
+  for name, kw in (("beam", dict(method="beam", beam_size=args.beam)),
+                   ("greedy", dict(method="greedy"))):
+    def call(kw=kw):
+      seqs, _ = decoding.seq2seq_generate(model, params, src, mask, max_len=args.new_tokens,
+                                          bos_id=BOS, eos_id=None, alpha=0.6,
+                                          extra_len=None, **kw)
+      return jax.block_until_ready(seqs)
+    first, times, seqs = _timed(call, args.reps)
+    assert seqs.shape == (args.batch, args.new_tokens) and int((seqs == PAD).sum()) == 0
+    out[name] = dict(first=first, times=times)
+  return out
+
+
+# ------------------------------------------------------------------------- reference
+def run_ref(args) -> dict:
+  import torch
+  from transformers import MarianConfig, MarianMTModel
+
+  torch.manual_seed(0)
+  torch.set_num_threads(args.threads or os.cpu_count())
+  config = MarianConfig(
+      vocab_size=DIMS["vocab"], d_model=DIMS["d_model"], encoder_layers=DIMS["layers"],
+      decoder_layers=DIMS["layers"], encoder_attention_heads=DIMS["heads"],
+      decoder_attention_heads=DIMS["heads"], encoder_ffn_dim=DIMS["ffn"],
+      decoder_ffn_dim=DIMS["ffn"], activation_function="relu",
+      max_position_embeddings=max(args.src_len, args.new_tokens) + 1, scale_embedding=True,
+      share_encoder_decoder_embeddings=True, tie_word_embeddings=True, dropout=0.0,
+      attention_dropout=0.0, activation_dropout=0.0, pad_token_id=PAD, eos_token_id=EOS,
+      decoder_start_token_id=BOS, forced_eos_token_id=None, bad_words_ids=None)
+  model = MarianMTModel(config).eval()
+  src = torch.from_numpy(_sources(args.batch, args.src_len, DIMS["vocab"])).long()
+  mask = torch.ones_like(src)
+  out = {}
+  for name, beams in (("beam", args.beam), ("greedy", 1)):
+    def call(beams=beams):
+      with torch.inference_mode():
+        return model.generate(input_ids=src, attention_mask=mask, num_beams=beams,
+                              do_sample=False, max_new_tokens=args.new_tokens,
+                              min_new_tokens=args.new_tokens, length_penalty=0.6,
+                              early_stopping=False)
+    first, times, seqs = _timed(call, args.reps)
+    # generate returns the decoder start token first, then the new tokens.
+    assert tuple(seqs.shape) == (args.batch, args.new_tokens + 1), seqs.shape
+    out[name] = dict(first=first, times=times)
+  out["torch"] = torch.__version__
+  import transformers
+  out["transformers"] = transformers.__version__
+  return out
+
+
+def _line(side: str, name: str, r: dict, args) -> tuple[str, float]:
+  best = min(r["times"])
+  sents = args.batch / best
+  toks = args.batch * args.new_tokens / best
+  return (f"| {side:<18} | {name:<6} | {sents:8.2f} | {toks:9.1f} | {best:7.3f} | "
+          f"{r['first']:7.2f} |"), toks
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--side", choices=["both", "ours", "ref"], default="both")
+  p.add_argument("--batch", type=int, default=32)
+  p.add_argument("--src_len", type=int, default=32)
+  p.add_argument("--new_tokens", type=int, default=32)
+  p.add_argument("--beam", type=int, default=4)
+  p.add_argument("--reps", type=int, default=3)
+  p.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
+  p.add_argument("--scan", action="store_true", help="ours with scan over layers")
+  p.add_argument("--ref_python", default=os.path.join(ROOT, ".venv-ref", "bin", "python"))
+  args = p.parse_args(argv)
+  if args.side == "ref":
+    print(json.dumps(run_ref(args)))
+    return
+  ours = run_ours(args)
+  if args.side == "ours":
+    print(json.dumps(ours))
+    return
+  if not os.path.exists(args.ref_python):
+    sys.exit(f"--ref_python {args.ref_python} does not exist (see requirements-ref.txt).")
+  cmd = [args.ref_python, os.path.abspath(__file__), "--side", "ref"] + [
+      f"--{k}={getattr(args, k)}" for k in ("batch", "src_len", "new_tokens", "beam", "reps",
+                                             "threads")]
+  ref = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True)
+                   .stdout.strip().splitlines()[-1])
+  print(f"batch {args.batch}, source {args.src_len} tokens, {args.new_tokens} new tokens, "
+        f"beam {args.beam}; dims {DIMS}; transformers {ref['transformers']}, "
+        f"torch {ref['torch']}")
+  print("| side               | search | sent/s   | tokens/s  | best s  | first s |")
+  print("|--------------------|--------|----------|-----------|---------|---------|")
+  for name in ("beam", "greedy"):
+    ours_line, ours_tok = _line("ours (JAX)", name, ours[name], args)
+    ref_line, ref_tok = _line("MarianMT (PyTorch)", name, ref[name], args)
+    print(ours_line)
+    print(ref_line)
+    print(f"{name}: ours / theirs tokens/s = {ours_tok / ref_tok:.2f}x")
+
+
+if __name__ == "__main__":
+  main()
