@@ -9,8 +9,9 @@ s_i = GRU([E y_{i-1}; c_i], s_{i-1}) and the logits come from a tanh layer over
 [s_i; c_i; E y_{i-1}] (the paper's deep output, with tanh in place of its maxout).
 
 Decoding uses `encode` once and then `decode_step` one token at a time; its cache is
-{"state": [B, H], "encoded": [B, S, 2H], "src_mask": [B, S]}, every leaf with the batch
-(or beam) axis first, so beam search can gather it like any other cache.
+{"hidden": [B, H], "cross_encoded": [B, S, 2H], "cross_mask": [B, S]}, every leaf with
+the batch (or beam) axis first and the encoder side under "cross_" keys, which is
+bert_jax/decoding's cache convention: beam search expands and gathers it like any other.
 """
 from __future__ import annotations
 
@@ -81,19 +82,19 @@ class GRUSeq2Seq(nn.Module):
     bwd = self.backward_rnn(x, seq_lengths=lengths)                   # [B, S, H]
     encoded = jnp.concatenate([fwd, bwd], axis=-1)                    # [B, S, 2H]
     state = jnp.tanh(self.init_state(bwd[:, 0]))                      # [B, H]: s_0 from ←h_1
-    return {"state": state, "encoded": encoded, "src_mask": src_mask}
+    return {"hidden": state, "cross_encoded": encoded, "cross_mask": src_mask}
 
   def decode_step(self, cache: dict, prev_ids: Array) -> tuple[Array, dict]:
     """prev_ids [B] (y_{i-1}) -> (logits [B, V] float32, cache with s_i)."""
-    s_prev, encoded = cache["state"], cache["encoded"]
+    s_prev, encoded = cache["hidden"], cache["cross_encoded"]
     emb = self.dropout(self.embedder(prev_ids))                       # [B, E]
-    mask = cache["src_mask"][:, None, :]                              # [B, 1, S]
+    mask = cache["cross_mask"][:, None, :]                              # [B, 1, S]
     context, _ = self.attention(s_prev[:, None, :], encoded, encoded, mask)
     context = context[:, 0]                                           # [B, 2H]
     state, _ = self.decoder_cell(s_prev, jnp.concatenate([emb, context], axis=-1))  # [B, H]
     hidden = jnp.tanh(self.deep_output(jnp.concatenate([state, context, emb], axis=-1)))
     logits = self.output(self.dropout(hidden)).astype(jnp.float32)    # [B, V]
-    return logits, dict(cache, state=state)
+    return logits, dict(cache, hidden=state)
 
   def decode(self, cache: dict, tgt_inputs: Array) -> Array:
     """Teacher forcing: tgt_inputs [B, T] (targets shifted right) -> logits [B, T, V]."""
