@@ -73,9 +73,9 @@ def get_config(arg=None):
                                          attention_units=128))
   c.decode = _decode()
   if arg in ("numbers", "numbers_gru"):
-    c.data = _data("numbers", vocab_size=256, max_source_length=16, max_target_length=20,
+    c.data = _data("numbers", vocab_size=256, max_source_length=10, max_target_length=16,
                    max_eval_examples=500)
-    c.model = model_config("transformer/base", vocab_size=256, max_len=32, hidden_size=128,
+    c.model = model_config("transformer/base", vocab_size=256, max_len=16, hidden_size=128,
                            num_layers=2, num_decoder_layers=2, num_heads=4, mlp_dim=512,
                            dropout_rate=0.1)
     c.train = train_config(
