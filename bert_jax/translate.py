@@ -29,6 +29,8 @@ flags.DEFINE_integer("beam_size", 4, "Beam width; 1 is greedy search.")
 flags.DEFINE_float("alpha", 0.6, "GNMT length penalty exponent ((5 + len) / 6)^alpha.")
 flags.DEFINE_string("checkpoint", "best", "best (by the run's best_metric) | latest | a step.")
 flags.DEFINE_integer("batch_size", 64, "Sentences per decoding batch.")
+flags.DEFINE_string("reference", "", "Optional reference translations (line-aligned with "
+                    "--input): corpus BLEU / chrF (sacreBLEU) and exact match on stderr.")
 FLAGS = flags.FLAGS
 
 
@@ -126,6 +128,9 @@ def main(argv):
   if FLAGS.beam_size < 1:
     print(f"translate: --beam_size must be >= 1, got {FLAGS.beam_size}.", file=sys.stderr)
     sys.exit(2)
+  if FLAGS.reference and not os.path.isfile(FLAGS.reference):
+    print(f"translate: --reference {FLAGS.reference} does not exist.", file=sys.stderr)
+    sys.exit(2)
   try:
     task, params, step_dir = load(FLAGS.workdir, FLAGS.checkpoint)
     t0 = time.perf_counter()
@@ -138,6 +143,18 @@ def main(argv):
   _write(FLAGS.output, texts)
   print(f"translate: {len(texts)} lines with {step_dir} (beam {FLAGS.beam_size}, alpha "
         f"{FLAGS.alpha}) in {dt:.1f}s; {log.summary()}", file=sys.stderr)
+  if FLAGS.reference:
+    print(f"translate: {score(texts, FLAGS.reference)}", file=sys.stderr)
+
+
+def score(texts: list[str], reference_path: str) -> str:
+  """"BLEU x chrF y exact z (signature)" of `texts` against a reference file."""
+  from bert_jax.tasks.translation import metrics  # pylint: disable=g-import-not-at-top
+  with open(reference_path, encoding="utf-8") as f:
+    refs = f.read().splitlines()
+  s = metrics.corpus_scores(texts, refs)
+  return (f"BLEU {s['bleu']:.2f} chrF {s['chrf']:.2f} exact {100 * s['exact_match']:.1f}% "
+          f"of {len(refs)} ({s['signature']})")
 
 
 if __name__ == "__main__":
