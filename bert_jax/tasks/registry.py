@@ -16,6 +16,7 @@ TASKS = {
     "classification": ("bert_jax.tasks.finetune.classification.task", "ClassificationTask"),
     "ner": ("bert_jax.tasks.finetune.ner.task", "NerTask"),
     "squad": ("bert_jax.tasks.finetune.squad.task", "SquadTask"),
+    "translation": ("bert_jax.tasks.translation.task", "TranslationTask"),
 }
 # Trainers with a loop of their own (sparse updates, no TrainState): name -> (module, fn).
 TRAINERS = {

@@ -24,7 +24,11 @@ CASES = ([("bert_tiny", None), ("bert_base", None), ("bert_base", "mlm_only"),
           ("bert_large", None), ("word2vec", None), ("finetune_classification", None),
           ("finetune_classification", "file"), ("finetune_ner", None), ("finetune_ner", "file"),
           ("finetune_squad", None), ("finetune_squad", "v2.0"), ("finetune_squad", "file")]
-         + [("finetune_classification", t) for t in sorted(GLUE_TASKS)])
+         + [("finetune_classification", t) for t in sorted(GLUE_TASKS)]
+         + [("translation", a) for a in (None, "numbers_gru", "file",
+                                         "ted_hrlr_translate/pt_to_en",
+                                         "wmt14_translate/de-en", "transformer/base",
+                                         "transformer/big")])
 
 
 @pytest.mark.parametrize("name,arg", CASES)

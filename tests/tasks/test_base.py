@@ -31,7 +31,17 @@ BUILDERS = {
     "classification": lambda: _finetune("classification", "file", labels="neg,pos"),
     "ner": lambda: _finetune("ner", "file", labels="O,B-PER,I-PER"),
     "squad": lambda: _finetune("squad", "file"),
+    "translation": lambda: registry.get_task(_translation()),
 }
+
+
+def _translation():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("translation_cfg",
+                                                ROOT / "configs" / "translation.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config("numbers")
 
 
 @pytest.mark.parametrize("name", sorted(registry.TASKS))

@@ -1,0 +1,97 @@
+r"""Transformer vs GRU + additive attention on the numbers corpus, same data, same wall clock.
+
+  python bench/translation_vs_gru.py --budget_minutes 15 --root /tmp/translation_vs_gru
+
+Each model trains from its configs/translation.py arg (numbers, numbers_gru) in its own
+process; at the budget the process gets SIGTERM, which the loop turns into a clean save
+(a run that finishes its steps earlier just stops). Then, in this process, the newest
+checkpoint of each translates the same never-seen test split with beam 4. Reported:
+test BLEU / chrF / exact match, train tokens/s (the loop's own figure: padded source +
+target tokens, the first log window with the compile left out) and decode sentences/s
+(beam 4, batch 64, compile excluded). The runs are sequential, so they share the machine
+with whatever else runs at the time: say so next to the figures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ARGS = {"Transformer": "numbers", "GRU + attention": "numbers_gru"}
+
+
+def train(arg: str, workdir: str, budget_s: float, overrides: list[str]) -> dict:
+  cmd = [sys.executable, "-m", "bert_jax.main", "--config", f"configs/translation.py:{arg}",
+         "--workdir", workdir, *overrides]
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  t0 = time.time()
+  with open(os.path.join(os.path.dirname(workdir), f"{arg}.log"), "w") as log:
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+      proc.wait(timeout=budget_s)
+    except subprocess.TimeoutExpired:
+      proc.send_signal(signal.SIGTERM)  # the loop saves at the next step and exits
+      proc.wait()
+  rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  train_rows = [r for r in rows if "tokens_per_sec" in r]
+  steady = train_rows[1:] or train_rows
+  return {"wall_s": time.time() - t0, "steps": max(r["step"] for r in train_rows),
+          "tokens_per_s": sum(r["tokens_per_sec"] for r in steady) / len(steady),
+          "returncode": proc.returncode}
+
+
+def evaluate(workdir: str, beam_size: int) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from bert_jax import translate  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.translation import metrics  # pylint: disable=g-import-not-at-top
+  task, params, step_dir = translate.load(workdir, "latest")
+  src = os.path.join(workdir, "data", "test.de")
+  refs = open(os.path.join(workdir, "data", "test.en"), encoding="utf-8").read().splitlines()
+  _, features = task.read_input(src)
+  fn = jax.jit(lambda p, s: task.search(p, s, beam_size))
+  batches = list(task.predict_batches(features, 64))
+  jax.block_until_ready(fn(params, batches[0]["src_ids"]))  # compile outside the clock
+  t0 = time.perf_counter()
+  hyps = [np.asarray(fn(params, b["src_ids"])) for b in batches]
+  dt = time.perf_counter() - t0
+  texts, _ = translate.translate(task, params, src, beam_size, 0.6, 64)
+  scores = metrics.corpus_scores(texts, refs)
+  n = sum(int((b["feature_index"] >= 0).sum()) for b in batches)
+  del hyps
+  return {"checkpoint": step_dir, "sentences_per_s": n / dt, **scores,
+          "examples": list(zip(open(src, encoding="utf-8").read().splitlines()[:3],
+                               texts[:3], refs[:3]))}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--budget_minutes", type=float, default=15.0)
+  parser.add_argument("--root", default="/tmp/translation_vs_gru")
+  parser.add_argument("--beam_size", type=int, default=4)
+  parser.add_argument("--override", action="append", default=[],
+                      help="extra --config.x=y flags for both runs")
+  args = parser.parse_args()
+  os.makedirs(args.root, exist_ok=True)
+  table = {}
+  for name, arg in ARGS.items():
+    workdir = os.path.join(args.root, arg)
+    run = train(arg, workdir, args.budget_minutes * 60, args.override)
+    table[name] = {**run, **evaluate(workdir, args.beam_size)}
+    print(json.dumps({name: table[name]}, default=str), flush=True)
+  print(f"\n| model | steps in {args.budget_minutes:g} min | test BLEU | chrF | exact match "
+        f"| train tokens/s | decode sentences/s (beam {args.beam_size}) |")
+  print("| --- | --- | --- | --- | --- | --- | --- |")
+  for name, r in table.items():
+    print(f"| {name} | {r['steps']} | {r['bleu']:.1f} | {r['chrf']:.1f} | "
+          f"{100 * r['exact_match']:.1f}% | {r['tokens_per_s']:,.0f} | "
+          f"{r['sentences_per_s']:.1f} |")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,149 @@
+"""Host-side batches of sentence pairs: the vocabulary, the splits and grain iterators.
+
+Batch dict (B rows; S = data.max_source_length, T = data.max_target_length):
+  src_ids        int32   [B, S]  source subwords + </s>, 0-padded
+  tgt_ids        int32   [B, T]  target subwords + </s>, 0-padded (the labels; the decoder
+                                 inputs are these shifted right behind <s>)
+  example_weight float32 [B]     0 on padding rows of eval batches
+  feature_index  int32   [B]     row of the split (-1 on padding rows)
+
+The numbers corpus is generated on the fly (num2words costs ~0.2 ms a pair, so the
+900k training numbers are never materialized): a batch's keys pick training numbers
+and the map makes their pairs. Files and tfds splits are encoded once, in memory.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import grain
+import numpy as np
+import tokenizers
+
+from bert_jax.data import loader
+from bert_jax.tasks.skiplog import SkipLog
+from bert_jax.tasks.translation import data
+
+TOKENIZER_SAMPLE = 20_000  # pairs of the numbers corpus the vocabulary is learned from
+
+
+class Encoded:
+  """A split as arrays: src_ids [N, S], tgt_ids [N, T], and its raw texts."""
+
+  def __init__(self, pairs, tok, max_source: int, max_target: int, log: SkipLog):
+    where = [p.where for p in pairs]
+    self.sources = [p.source for p in pairs]
+    self.references = [p.target for p in pairs]
+    self.src_ids = data.encode(tok, self.sources, max_source, log, where=where)
+    self.tgt_ids = data.encode(tok, self.references, max_target, log, where=where)
+
+  def __len__(self) -> int:
+    return len(self.sources)
+
+  def rows(self, index: np.ndarray) -> dict:
+    return {"src_ids": self.src_ids[index], "tgt_ids": self.tgt_ids[index]}
+
+
+class NumberRows:
+  """Rows of numbers made on demand: index into `numbers` -> encoded pair."""
+
+  def __init__(self, numbers: np.ndarray, tok, max_source: int, max_target: int):
+    self.numbers, self.tok = numbers, tok
+    self.max_source, self.max_target = max_source, max_target
+
+  def __len__(self) -> int:
+    return len(self.numbers)
+
+  def rows(self, index: np.ndarray) -> dict:
+    pairs = [data.number_pair(n) for n in self.numbers[index]]
+    return {"src_ids": data.encode(self.tok, [p.source for p in pairs], self.max_source),
+            "tgt_ids": data.encode(self.tok, [p.target for p in pairs], self.max_target)}
+
+
+class _Batch:
+  """Batch keys [B, 2] (epoch, row; -1 = padding row) -> a batch dict."""
+
+  def __init__(self, source):
+    self.source = source
+
+  def __call__(self, keys: np.ndarray) -> dict:
+    index = keys[:, 1]
+    real = index >= 0
+    batch = self.source.rows(np.maximum(index, 0))
+    batch["example_weight"] = real.astype(np.float32)
+    batch["feature_index"] = np.where(real, index, -1).astype(np.int32)
+    return batch
+
+
+def train_batches(source, batch_size: int, shard_index: int, shard_count: int, seed: int):
+  """Endless checkpointable iterator: a fresh permutation of `source` every epoch."""
+  ds = grain.MapDataset.range(sys.maxsize)
+  ds = ds.map(loader.TrainKeys(len(source), batch_size, shard_index, shard_count, seed))
+  return iter(ds.map(_Batch(source)).to_iter_dataset())
+
+
+def eval_batches(source, batch_size: int, shard_index: int, shard_count: int):
+  """Every row of this shard's part of `source` once, padding rows flagged."""
+  indices = loader.eval_shard_indices(len(source), batch_size, shard_index, shard_count)
+  ds = grain.MapDataset.range(len(indices) // batch_size)
+  ds = ds.map(loader.EvalKeys(indices, batch_size))
+  return iter(ds.map(_Batch(source)).to_iter_dataset())
+
+
+def read_split(d, split: str):
+  """(pairs, SkipLog) of config.data `d`'s "train" | "eval" | "test" split (not numbers)."""
+  if d.source == "file":
+    path = {"train": d.train_file, "eval": d.eval_file, "test": d.get("test_file", "")}[split]
+    if not path:
+      raise ValueError(f"data.source='file' needs data.{split}_file (a TSV or 'src,tgt').")
+    return data.read_file_split(path)
+  if d.source == "tfds":
+    name = {"train": d.train_split, "eval": d.eval_split, "test": d.test_split}[split]
+    pairs, log = data.load_tfds(d.name, name, d.get("tfds_data_dir") or None)
+    limit = int(d.max_train_examples if split == "train" else d.max_eval_examples)
+    return (pairs[:limit] if limit > 0 else pairs), log
+  raise ValueError(f"data.source={d.source!r}: numbers, file or tfds.")
+
+
+def load_or_train_tokenizer(d, tokenizer_dir: str, train_pairs, write: bool):
+  """The workdir's vocabulary (resume, translate) or one learned from the train pairs."""
+  path = os.path.join(tokenizer_dir, "tokenizer.json")
+  if os.path.exists(path):
+    tok = tokenizers.Tokenizer.from_file(path)
+    data.check_specials(tok)
+    return tok
+  texts = (t for p in train_pairs() for t in (p.source, p.target))
+  tok = data.train_tokenizer(texts, int(d.vocab_size))
+  if write:
+    os.makedirs(tokenizer_dir, exist_ok=True)
+    tok.save(path + ".tmp")
+    os.replace(path + ".tmp", path)
+  return tok
+
+
+def numbers_tokenizer_pairs(seed: int = 0, limit: int = TOKENIZER_SAMPLE):
+  return lambda: data.numbers_pairs("train", limit, seed)[0]
+
+
+def write_test_files(pairs, directory: str, src_name: str, tgt_name: str) -> tuple[str, str]:
+  """The test split as two aligned files (for `bert_jax.translate` and the sacrebleu CLI)."""
+  os.makedirs(directory, exist_ok=True)
+  paths = (os.path.join(directory, src_name), os.path.join(directory, tgt_name))
+  for path, texts in zip(paths, ([p.source for p in pairs], [p.target for p in pairs])):
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+      f.writelines(t + "\n" for t in texts)
+    os.replace(path + ".tmp", path)
+  return paths
+
+
+class SourceRows:
+  """Rows of a translate-CLI input: encoded sources, no targets (tgt_ids all 0)."""
+
+  def __init__(self, features: dict, max_target: int):
+    self.src_ids, self.max_target = features["src_ids"], max_target
+
+  def __len__(self) -> int:
+    return len(self.src_ids)
+
+  def rows(self, index: np.ndarray) -> dict:
+    return {"src_ids": self.src_ids[index],
+            "tgt_ids": np.zeros((len(index), self.max_target), np.int32)}

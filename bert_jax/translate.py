@@ -1,0 +1,161 @@
+r"""Translate text with a trained translation workdir (configs/translation.py).
+
+  python -m bert_jax.translate --workdir workdirs/numbers --input test.de --output hyp.en \
+      [--beam_size 4] [--alpha 0.6] [--checkpoint best|latest|STEP]
+
+One sentence per line; output line i is the translation of input line i ("-" reads
+stdin / writes stdout). Empty lines give empty outputs, over-long sources are cut and
+non-UTF-8 bytes replaced; each is counted in the summary on stderr. A missing or
+non-translation checkpoint is a clear error (exit code 2); the output file is written
+to a temporary name first, so a failed run leaves an existing output as it was.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import time
+
+from absl import app, flags
+import jax
+import ml_collections
+import numpy as np
+
+flags.DEFINE_string("workdir", None, "A configs/translation.py training workdir.")
+flags.DEFINE_string("input", "-", "Source sentences, one per line ('-': stdin).")
+flags.DEFINE_string("output", "-", "Translations, one per line ('-': stdout).")
+flags.DEFINE_integer("beam_size", 4, "Beam width; 1 is greedy search.")
+flags.DEFINE_float("alpha", 0.6, "GNMT length penalty exponent ((5 + len) / 6)^alpha.")
+flags.DEFINE_string("checkpoint", "best", "best (by the run's best_metric) | latest | a step.")
+flags.DEFINE_integer("batch_size", 64, "Sentences per decoding batch.")
+flags.DEFINE_string("reference", "", "Optional reference translations (line-aligned with "
+                    "--input): corpus BLEU / chrF (sacreBLEU) and exact match on stderr.")
+FLAGS = flags.FLAGS
+
+
+class TranslateError(Exception):
+  """Bad usage or input that stops the run (exit code 2)."""
+
+
+def _meta(step_dir: str) -> dict:
+  with open(os.path.join(step_dir, "meta", "metadata"), encoding="utf-8") as f:
+    return json.load(f)
+
+
+def checkpoint_dir(workdir: str, which: str) -> str:
+  """workdir/checkpoints/<step> for `which` (best | latest | a step number)."""
+  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+  steps = sorted(int(s) for s in os.listdir(directory) if s.isdigit()) \
+      if os.path.isdir(directory) else []
+  if not steps:
+    raise TranslateError(f"no checkpoint in {directory}: train one first with "
+                         "`python -m bert_jax.main --config configs/translation.py "
+                         f"--workdir {workdir}`.")
+  meta = _meta(os.path.join(directory, str(steps[-1])))
+  if meta.get("task") != "translation":
+    raise TranslateError(f"{workdir} holds a {meta.get('task')!r} checkpoint, not a "
+                         "translation one (configs/translation.py).")
+  if which == "latest":
+    return os.path.join(directory, str(steps[-1]))
+  if which.isdigit():
+    if int(which) not in steps:
+      raise TranslateError(f"--checkpoint {which}: {directory} has steps {steps}.")
+    return os.path.join(directory, which)
+  if which != "best":
+    raise TranslateError(f"--checkpoint {which!r}: best, latest or a step number.")
+  train = meta["config"]["train"]
+  ckpt = checkpoint.Checkpointer(directory, async_save=False,
+                                 best_metric=train.get("best_metric") or None,
+                                 best_mode=train.get("best_mode", "max"))
+  try:
+    step = ckpt.manager.best_step() if train.get("best_metric") else None
+  finally:
+    ckpt.close()
+  return os.path.join(directory, str(step if step is not None else steps[-1]))
+
+
+def load(workdir: str, which: str = "best"):
+  """(TranslationTask, params, step dir) of a workdir's checkpoint."""
+  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.translation.task import TranslationTask  # pylint: disable=g-import-not-at-top
+  step_dir = checkpoint_dir(workdir, which)
+  meta = _meta(step_dir)
+  task = TranslationTask(ml_collections.ConfigDict(meta["config"]))
+  tokenizer_dir = meta.get("tokenizer_dir") or os.path.join(workdir, "tokenizer")
+  if not os.path.exists(os.path.join(tokenizer_dir, "tokenizer.json")):
+    raise TranslateError(f"{tokenizer_dir}/tokenizer.json (the run's vocabulary) is missing.")
+  task.load_tokenizer(tokenizer_dir)
+  _, params, _ = checkpoint.load_params_for_inference(step_dir)
+  return task, params, step_dir
+
+
+def translate(task, params, lines_path: str, beam_size: int, alpha: float,
+              batch_size: int) -> tuple[list[str], object]:
+  """(one translation per input line, SkipLog) of a file or "-"."""
+  lines, features = task.read_input(lines_path)
+  outputs = {"feature_index": [], "hyp": []}
+  if len(features["src_ids"]):
+    fn = jax.jit(functools.partial(task.search, beam_size=beam_size, alpha=alpha))
+    for batch in task.predict_batches(features, batch_size):
+      outputs["hyp"].append(np.asarray(fn(params, batch["src_ids"])))
+      outputs["feature_index"].append(batch["feature_index"])
+    outputs = {k: np.concatenate(v) for k, v in outputs.items()}
+  else:
+    outputs = {"feature_index": np.zeros(0, np.int64), "hyp": np.zeros((0, 1), np.int32)}
+  texts = [r["translation"] for r in task.prediction_records(lines, features, outputs)]
+  return texts, features["log"]
+
+
+def _write(path: str, texts: list[str]) -> None:
+  body = "".join(t + "\n" for t in texts)
+  if path == "-":
+    sys.stdout.write(body)
+    sys.stdout.flush()
+    return
+  tmp = path + ".tmp"
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(body)
+  os.replace(tmp, path)
+
+
+def main(argv):
+  del argv
+  if not FLAGS.workdir:
+    print("translate: --workdir is required.", file=sys.stderr)
+    sys.exit(2)
+  if FLAGS.beam_size < 1:
+    print(f"translate: --beam_size must be >= 1, got {FLAGS.beam_size}.", file=sys.stderr)
+    sys.exit(2)
+  if FLAGS.reference and not os.path.isfile(FLAGS.reference):
+    print(f"translate: --reference {FLAGS.reference} does not exist.", file=sys.stderr)
+    sys.exit(2)
+  try:
+    task, params, step_dir = load(FLAGS.workdir, FLAGS.checkpoint)
+    t0 = time.perf_counter()
+    texts, log = translate(task, params, FLAGS.input, FLAGS.beam_size, FLAGS.alpha,
+                           FLAGS.batch_size)
+  except (TranslateError, FileNotFoundError, ValueError) as e:
+    print(f"translate: {e}", file=sys.stderr)
+    sys.exit(2)
+  dt = time.perf_counter() - t0
+  _write(FLAGS.output, texts)
+  print(f"translate: {len(texts)} lines with {step_dir} (beam {FLAGS.beam_size}, alpha "
+        f"{FLAGS.alpha}) in {dt:.1f}s; {log.summary()}", file=sys.stderr)
+  if FLAGS.reference:
+    print(f"translate: {score(texts, FLAGS.reference)}", file=sys.stderr)
+
+
+def score(texts: list[str], reference_path: str) -> str:
+  """"BLEU x chrF y exact z (signature)" of `texts` against a reference file."""
+  from bert_jax.tasks.translation import metrics  # pylint: disable=g-import-not-at-top
+  with open(reference_path, encoding="utf-8") as f:
+    refs = f.read().splitlines()
+  s = metrics.corpus_scores(texts, refs)
+  return (f"BLEU {s['bleu']:.2f} chrF {s['chrf']:.2f} exact {100 * s['exact_match']:.1f}% "
+          f"of {len(refs)} ({s['signature']})")
+
+
+if __name__ == "__main__":
+  app.run(main)
