@@ -10,7 +10,7 @@ import json
 import pathlib
 from typing import Iterable, Sequence
 
-from bert_jax.tasks.finetune.skiplog import SkipLog
+from bert_jax.tasks.skiplog import SkipLog
 
 
 def blank(value) -> bool:

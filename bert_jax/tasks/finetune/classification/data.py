@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 from bert_jax.tasks.finetune import files, tfds
 from bert_jax.tasks.finetune.classification.features import ClassificationExample
 from bert_jax.tasks.finetune.classification.glue import get_glue_task
-from bert_jax.tasks.finetune.skiplog import SkipLog
+from bert_jax.tasks.skiplog import SkipLog
 
 POLARITY_LABELS = ("neg", "pos")  # label ids 0 and 1
 

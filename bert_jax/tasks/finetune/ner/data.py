@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 from bert_jax.tasks.finetune import files, tfds
 from bert_jax.tasks.finetune.ner.features import NerExample
-from bert_jax.tasks.finetune.skiplog import SkipLog
+from bert_jax.tasks.skiplog import SkipLog
 
 # tfds conll2003 `ner` ClassLabel names (tensorflow_datasets/core/dataset_builders/conll/
 # conll_dataset_builder_utils.py NER_TAGS); the reader uses the builder's own names.

@@ -27,7 +27,7 @@ import tokenizers
 
 from bert_jax.tasks.finetune import tokens as tok_lib
 from bert_jax.tasks.finetune.classification.features import make_label_map
-from bert_jax.tasks.finetune.skiplog import SkipLog
+from bert_jax.tasks.skiplog import SkipLog
 
 IGNORE_LABEL = -100  # the ignore_index convention of HF / torch cross-entropy
 

@@ -10,7 +10,7 @@ import pathlib
 from typing import Iterable, Optional, Sequence
 
 from bert_jax.tasks.finetune import tfds
-from bert_jax.tasks.finetune.skiplog import SkipLog
+from bert_jax.tasks.skiplog import SkipLog
 from bert_jax.tasks.finetune.squad.features import Answer, SquadExample, answer_matches
 
 

@@ -33,7 +33,7 @@ import numpy as np
 import tokenizers
 
 from bert_jax.tasks.finetune import tokens as tok_lib
-from bert_jax.tasks.finetune.skiplog import SkipLog
+from bert_jax.tasks.skiplog import SkipLog
 
 
 class Answer(NamedTuple):
