@@ -16,6 +16,7 @@ TASKS = {
     "classification": ("bert_jax.tasks.finetune_tasks", "ClassificationTask"),
     "ner": ("bert_jax.tasks.finetune_tasks", "NerTask"),
     "squad": ("bert_jax.tasks.finetune_tasks", "SquadTask"),
+    "lm": ("bert_jax.tasks.lm.task", "LmTask"),
 }
 # Trainers with a loop of their own (sparse updates, no TrainState): name -> (module, fn).
 TRAINERS = {
