@@ -31,7 +31,16 @@ BUILDERS = {
     "classification": lambda: _finetune("classification", "file", labels="neg,pos"),
     "ner": lambda: _finetune("ner", "file", labels="O,B-PER,I-PER"),
     "squad": lambda: _finetune("squad", "file"),
+    "lm": lambda: registry.get_task(_gpt_tiny()),
 }
+
+
+def _gpt_tiny():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("gpt", ROOT / "configs" / "gpt.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config("tiny")
 
 
 @pytest.mark.parametrize("name", sorted(registry.TASKS))
