@@ -157,10 +157,14 @@ class MultiHeadAttention(nn.Module):
 
   head_i = Attention(X W_i^Q, Y W_i^K, Y W_i^V); MultiHead = Concat(head_1..head_H) W^O.
   The per-head projections are stored as one DenseGeneral kernel [embed, heads, kv].
-  With `config.decode`, self-attention keeps a KV cache in the "cache" collection.
+  With `config.decode`, self-attention keeps a KV cache in the "cache" collection, and
+  cross-attention projects `inputs_kv` (the encoder output) on its first call with a
+  mutable "cache" into `cross_key` / `cross_value` and reads them from there afterwards
+  (`inputs_kv` is then only a placeholder and may be None).
   """
   config: TransformerConfig
   causal: bool = False  # only used to build the mask while decoding with the cache
+  cross: bool = False   # cross-attention: while decoding, inputs_kv may be None (cached K/V)
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array | None = None, mask: Array | None = None,
@@ -173,7 +177,7 @@ class MultiHeadAttention(nn.Module):
     into the "intermediates" collection as `attention_weights`.
     """
     cfg = self.config
-    self_attention = inputs_kv is None
+    self_attention = inputs_kv is None and not self.cross
     inputs_kv = inputs_q if self_attention else inputs_kv
     dense = functools.partial(
         nn.DenseGeneral, axis=-1, features=(cfg.num_heads, cfg.d_head), use_bias=cfg.use_bias,
@@ -181,8 +185,19 @@ class MultiHeadAttention(nn.Module):
         kernel_init=cfg.kernel_init("embed", "heads", "kv"),
         bias_init=cfg.zeros_init("heads", "kv"))
     query = dense(name="query")(inputs_q)   # [batch, q_len, heads, d_k]
-    key = dense(name="key")(inputs_kv)      # [batch, kv_len, heads, d_k]
-    value = dense(name="value")(inputs_kv)  # [batch, kv_len, heads, d_v]
+    if cfg.decode and not self_attention and self.has_variable("cache", "cross_key"):
+      # Decoding: the encoder side is fixed, so its keys/values were projected once.
+      key = self.get_variable("cache", "cross_key")      # [batch, kv_len, heads, d_k]
+      value = self.get_variable("cache", "cross_value")  # [batch, kv_len, heads, d_v]
+    else:
+      if inputs_kv is None:
+        raise ValueError("cross-attention needs inputs_kv (the encoder output) until its "
+                         "keys/values are in the decode cache.")
+      key = dense(name="key")(inputs_kv)      # [batch, kv_len, heads, d_k]
+      value = dense(name="value")(inputs_kv)  # [batch, kv_len, heads, d_v]
+      if cfg.decode and not self_attention and self.is_mutable_collection("cache"):
+        self.put_variable("cache", "cross_key", key)
+        self.put_variable("cache", "cross_value", value)
 
     if cfg.position == "rotary":
       if positions is None:

@@ -83,10 +83,11 @@ class DecoderBlock(nn.Module):
                                               return_weights=return_weights),
                   "self_attention_norm")
     if self.cross_attention:
-      if encoded is None:
+      if encoded is None and not cfg.decode:
         raise ValueError("DecoderBlock(cross_attention=True) needs the encoder output.")
-      # Cross-attention keys are encoder positions: no rotary/cache there.
-      cross = MultiHeadAttention(cfg.replace(decode=False, position="none"),
+      # Cross-attention keys are encoder positions: no rotary there. While decoding, their
+      # keys/values are projected once and cached (encoded may then be None).
+      cross = MultiHeadAttention(cfg.replace(position="none"), cross=True,
                                  name="cross_attention")
       x = _residual(cfg, x, lambda h: cross(h, encoded, mask=cross_mask,
                                             return_weights=return_weights),

@@ -112,9 +112,15 @@ class Decoder(nn.Module):
     if cfg.position == "relative":
       rel = RelativePositionBias(cfg, bidirectional=False, name="relative_bias")
       if cfg.decode:
-        # Keys are cache slots 0..max_len-1 (attention trims to the cache's length);
-        # queries start at their absolute position.
-        offset = positions[0, 0] if positions is not None else 0
+        # Keys are cache slots 0..max_len-1 (attention trims to the cache's length) and
+        # queries start at the cache slot being written, which this stack counts itself:
+        # with left-padded prompts the rows' positions differ but their slot distances
+        # (all a relative bias sees) do not.
+        started = self.has_variable("cache", "cache_index")
+        slot = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+        offset = slot.value
+        if started:
+          slot.value = offset + length
         bias = rel(length, cfg.max_len, query_offset=offset)
       else:
         bias = rel(length, length)

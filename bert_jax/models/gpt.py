@@ -14,7 +14,8 @@ Array = jax.Array
 
 
 class GPT(nn.Module):
-  """Causal LM. With `config.decode`, feed one token (and its position) per call."""
+  """Causal LM. With `config.decode`, each call appends its tokens to the KV cache; give
+  their positions (see bert_jax/decoding for the step functions built on this)."""
   config: TransformerConfig
 
   def setup(self):
@@ -45,42 +46,10 @@ class GPT(nn.Module):
         mask = attn_lib.padding_mask(input_mask)
       if packed_segment_ids is not None:
         mask = attn_lib.combine_masks(mask, attn_lib.segment_mask(packed_segment_ids))
+    elif input_mask is not None:
+      # Decoding: input_mask [batch, cache_len] marks the cache slots holding real tokens
+      # (left-padded prompts); the cache adds causality over the slots written so far.
+      mask = attn_lib.padding_mask(input_mask)                  # [batch, 1, 1, cache_len]
     y, _ = self.decoder(x, self_mask=mask, positions=positions)
     return self.token_embedder.attend(y).astype(jnp.float32)
 
-
-def init_cache(model: GPT, batch: int, max_len: int):
-  """A zeroed KV cache for `model` (whose config has decode=True) of `max_len` slots."""
-  ids = jnp.zeros((batch, max_len), jnp.int32)
-  variables = jax.eval_shape(model.init, jax.random.key(0), ids)
-  return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), variables["cache"])
-
-
-def greedy_generate(model: GPT, params, prompt: Array, num_steps: int) -> Array:
-  """Greedy continuation with the KV cache: prompt [batch, p] -> [batch, p + num_steps].
-
-  The prompt is fed one token at a time through the cache too, so every step is the same
-  compiled one-token program (`lax.fori_loop`).
-  """
-  if not model.config.decode:
-    raise ValueError("greedy_generate needs a model whose config has decode=True.")
-  batch, p = prompt.shape
-  total = p + num_steps
-  cache = init_cache(model, batch, total)
-  tokens = jnp.zeros((batch, total), jnp.int32).at[:, :p].set(prompt)
-
-  def step(i, carry):
-    tokens, cache = carry
-    tok = jax.lax.dynamic_slice_in_dim(tokens, i, 1, axis=1)    # [batch, 1]
-    pos = jnp.full((batch, 1), i, jnp.int32)
-    logits, mutated = model.apply({"params": params, "cache": cache}, tok, positions=pos,
-                                  mutable=["cache"])
-    predicted = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)   # [batch]
-    # Inside the prompt the next token is given; after it, the model's choice is written.
-    given = jax.lax.dynamic_slice_in_dim(tokens, i + 1, 1, axis=1)[:, 0]
-    nxt = jnp.where(i + 1 < p, given, predicted)
-    tokens = jax.lax.dynamic_update_slice_in_dim(tokens, nxt[:, None], i + 1, axis=1)
-    return tokens, mutated["cache"]
-
-  tokens, _ = jax.lax.fori_loop(0, total - 1, step, (tokens, cache))
-  return tokens

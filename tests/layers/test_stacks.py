@@ -8,8 +8,6 @@ from bert_jax.layers import attention as A
 from bert_jax.layers.blocks import EncoderBlock
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.layers.stacks import Encoder, scan_to_unrolled, unrolled_to_scan
-from bert_jax.models.gpt import GPT, init_cache
-from bert_jax.models.seq2seq import Transformer, shift_right
 
 TINY = TransformerConfig(vocab_size=40, hidden_size=16, num_layers=3, num_heads=4, mlp_dim=24,
                          max_len=16, deterministic=True, layer_norm_eps=1e-6)
@@ -71,43 +69,4 @@ def test_scan_equals_unrolled(remat):
   # And the conversion round-trips exactly.
   jax.tree_util.tree_map(np.testing.assert_array_equal, scan_to_unrolled(p_scan), p)
 
-
-@pytest.mark.parametrize("position,scan", [("learned", False), ("rotary", True),
-                                           ("relative", False), ("relative", True),
-                                           ("sinusoidal", False)])
-def test_gpt_kv_cache_decoding_equals_full_sequence(position, scan):
-  cfg = TINY.replace(position=position, scan_layers=scan, pre_ln=True, type_vocab_size=0)
-  ids = jax.random.randint(jax.random.key(1), (2, 9), 0, 40)
-  model = GPT(cfg)
-  params = nn.meta.unbox(model.init(jax.random.key(0), ids)["params"])
-  full = jax.jit(model.apply)({"params": params}, ids)          # [2, 9, vocab]
-  decoder = GPT(cfg.replace(decode=True))
-  cache = init_cache(decoder, 2, 9)
-  step = jax.jit(lambda c, tok, pos: decoder.apply({"params": params, "cache": c}, tok,
-                                                   positions=pos, mutable=["cache"]))
-  for i in range(9):
-    logits, mutated = step(cache, ids[:, i:i + 1], jnp.full((2, 1), i))
-    cache = mutated["cache"]
-    np.testing.assert_allclose(logits[:, 0], full[:, i], atol=1e-5)
-
-
-def test_seq2seq_kv_cache_decoding_equals_full_sequence():
-  cfg = TINY.replace(position="sinusoidal", num_decoder_layers=2, type_vocab_size=0,
-                     scale_embeddings=True, init="xavier", activation="relu")
-  src = jnp.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])
-  tgt = jnp.array([[3, 4, 5, 6, 7], [8, 9, 10, 11, 12]])
-  model = Transformer(cfg)
-  params = nn.meta.unbox(model.init(jax.random.key(0), src, shift_right(tgt))["params"])
-  full = model.apply({"params": params}, src, shift_right(tgt))
-  decoder = Transformer(cfg.replace(decode=True))
-  src_mask = src > 0
-  encoded = decoder.apply({"params": params}, src, src_mask, method=Transformer.encode)
-  inputs = shift_right(tgt)
-  variables = jax.eval_shape(lambda: decoder.init(jax.random.key(0), src, inputs))
-  cache = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), variables["cache"])
-  for i in range(5):
-    logits, mutated = decoder.apply(
-        {"params": params, "cache": cache}, encoded, src_mask, inputs[:, i:i + 1],
-        tgt_positions=jnp.full((2, 1), i), method=Transformer.decode, mutable=["cache"])
-    cache = mutated["cache"]
-    np.testing.assert_allclose(logits[:, 0], full[:, i], atol=1e-5)
+# Cached (decode-mode) decoding vs full forward passes: tests/test_decoding.py.
