@@ -51,3 +51,21 @@ def test_long_prompts_keep_their_last_tokens():
   full = tok.encode(text).ids
   ids, truncated = generate.encode_prompts(tok, [text, "The cat"], context=10)
   assert truncated == 1 and ids[0] == full[-10:] and ids[1] == tok.encode("The cat").ids
+
+
+def test_greedy_cli_output_is_transformers_greedy_continuation(capsys):
+  from bert_jax.interop import gpt2  # pylint: disable=g-import-not-at-top
+  ref = np.load(HF / "tiny_gpt2_outputs.npz")
+  tok = gpt2.load_gpt2_tokenizer(TINY)
+  prompt = tok.decode(ref["prompts"][0].tolist())
+  assert tok.encode(prompt).ids == ref["prompts"][0].tolist()
+  code, out, err = _run(capsys, "--checkpoint", TINY, "--prompt", prompt, "--temperature", "0",
+                        "--max_new_tokens", "20")
+  assert code == 0, err
+  assert out == "=== prompt 0\n" + tok.decode(ref["greedy"][0].tolist()) + "\n"
+
+
+def test_too_long_prompt_warns_and_still_generates(capsys):
+  code, out, err = _run(capsys, "--checkpoint", TINY, "--prompt", "The cat sat on the mat. " * 20,
+                        "--max_new_tokens", "8", "--top_k", "5", "--seed", "1")
+  assert code == 0 and "left-truncated to their last 40" in err and out.startswith("=== prompt 0")

@@ -11,7 +11,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from bert_jax.interop import gpt2
-from bert_jax.models.gpt import GPT, greedy_generate
+from bert_jax.decoding import gpt_generate
+from bert_jax.models.gpt import GPT
 
 HF = pathlib.Path(__file__).resolve().parents[1] / "testdata" / "hf"
 TINY = str(HF / "tiny_gpt2")
@@ -44,12 +45,34 @@ def test_logits_equal_transformers_on_a_padded_batch(loaded, ref):
   assert np.abs(ref["logits"][real]).max() > 1.0         # far from a trivial output
 
 
+def _generate(cfg, params, prompts, lengths, steps, **kw):
+  return np.asarray(gpt_generate(GPT(cfg), params, jnp.asarray(prompts, jnp.int32),
+                                 jnp.asarray(lengths, jnp.int32), max_new_tokens=steps, **kw))
+
+
 def test_greedy_generation_equals_transformers_token_for_token(loaded, ref):
   cfg, params = loaded
-  model = GPT(cfg.replace(deterministic=True, decode=True))
-  steps = ref["greedy"].shape[1] - ref["prompts"].shape[1]
-  out = greedy_generate(model, params, jnp.asarray(ref["prompts"], jnp.int32), steps)
-  np.testing.assert_array_equal(np.asarray(out), ref["greedy"])
+  prompts = ref["prompts"]
+  steps = ref["greedy"].shape[1] - prompts.shape[1]
+  lengths = np.full(len(prompts), prompts.shape[1])
+  out = _generate(cfg, params, prompts, lengths, steps, temperature=0.0)
+  np.testing.assert_array_equal(out, ref["greedy"][:, prompts.shape[1]:])
+  # top-k 1 is greedy whatever the temperature and seed.
+  top1 = _generate(cfg, params, prompts, lengths, steps, temperature=1.3, top_k=1,
+                   rng=jax.random.key(7))
+  np.testing.assert_array_equal(top1, out)
+
+
+def test_batched_prompts_of_different_lengths_continue_as_one_at_a_time(loaded, ref):
+  cfg, params = loaded
+  rows = [ref["prompts"][0][:6].tolist(), ref["prompts"][1][:2].tolist(), [5, 9, 17, 30]]
+  batch = np.zeros((3, 6), np.int32)
+  for i, r in enumerate(rows):
+    batch[i, :len(r)] = r
+  together = _generate(cfg, params, batch, [len(r) for r in rows], 12, temperature=0.0)
+  for i, r in enumerate(rows):
+    alone = _generate(cfg, params, np.asarray([r]), [len(r)], 12, temperature=0.0)
+    np.testing.assert_array_equal(together[i], alone[0])
 
 
 def test_scanned_layers_load_to_the_same_logits(loaded, ref):
