@@ -26,6 +26,10 @@ DIMS = {  # GPT-2 124M, and a small model for a quick check
 PROMPT, NEW = 32, 128
 
 
+def _note(*args) -> None:
+  print("[bench/generate]", *args, file=sys.stderr, flush=True)  # partial results as they come
+
+
 def _best(fn, repeats: int) -> float:
   times = []
   for _ in range(repeats):
@@ -62,6 +66,7 @@ def ours(dims: dict, batches, repeats: int) -> dict:
   out = {"tokens_per_sec": {}, "ms_per_token_at": {}}
   for b in batches:
     out["tokens_per_sec"][str(b)] = b * NEW / run(b, PROMPT, NEW)
+    _note("ours batch", b, "tokens/s", out["tokens_per_sec"][str(b)])
   # Time per token at a position: one cache of every position slot for all of them (so the
   # program is the same size), k new tokens after a prompt of `pos` minus 1 new token.
   from bert_jax.decoding import gpt_init_cache, gpt_step_fn, sample  # pylint: disable=g-import-not-at-top
@@ -83,6 +88,7 @@ def ours(dims: dict, batches, repeats: int) -> dict:
       call()
       times[new] = _best(call, repeats)
     out["ms_per_token_at"][str(pos)] = 1000 * (times[k] - times[1]) / (k - 1)
+    _note("ours ms/token at position", pos, out["ms_per_token_at"][str(pos)])
   return out
 
 
@@ -103,6 +109,7 @@ def theirs(dims: dict, batches, repeats: int, threads: int) -> dict:
     with torch.inference_mode():
       call()  # warm-up
       out["tokens_per_sec"][str(b)] = b * NEW / _best(call, repeats)
+    _note("theirs batch", b, "tokens/s", out["tokens_per_sec"][str(b)])
   return out
 
 
