@@ -153,3 +153,7 @@ def test_a_real_train_step_through_the_loop(tmp_path, configs_gpt_path):
   task = registry.get_task(c)
   task.prepare(str(tmp_path / "work"))
   assert os.path.exists(os.path.join(task.tokenizer_dir, "tokenizer.json"))
+  # The generate CLI finds the model and its tokenizer through the workdir's checkpoint.
+  from bert_jax import generate  # pylint: disable=g-import-not-at-top
+  assert generate.main(["--checkpoint", str(tmp_path / "work"), "--prompt", "The cat sat",
+                        "--max_new_tokens", "4", "--top_p", "0.9"]) == 0
