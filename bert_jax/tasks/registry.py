@@ -17,6 +17,7 @@ TASKS = {
     "ner": ("bert_jax.tasks.finetune.ner.task", "NerTask"),
     "squad": ("bert_jax.tasks.finetune.squad.task", "SquadTask"),
     "translation": ("bert_jax.tasks.translation.task", "TranslationTask"),
+    "lm": ("bert_jax.tasks.lm.task", "LmTask"),
 }
 # Trainers with a loop of their own (sparse updates, no TrainState): name -> (module, fn).
 TRAINERS = {

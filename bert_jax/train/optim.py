@@ -18,18 +18,21 @@ import optax
 _NO_DECAY_LEAVES = ("bias", "scale")  # LayerNorm γ is "scale" in flax; all biases
 
 
-def decay_mask(params):
-  """True for params that get weight decay: every weight matrix/embedding, not LN or bias."""
+def decay_mask(params, embeddings: bool = True):
+  """True for params that get weight decay: every weight matrix, not LN or bias; embedding
+  tables too unless `embeddings` is False (GPT-2 / nanoGPT's recipe)."""
+  skip = _NO_DECAY_LEAVES if embeddings else _NO_DECAY_LEAVES + ("embedding",)
   def keep(path, leaf):
     # The last dict key names the param (boxed params add a trailing `.value` attribute).
     keys = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
-    return bool(keys) and str(keys[-1]) not in _NO_DECAY_LEAVES and leaf.ndim > 1
+    return bool(keys) and str(keys[-1]) not in skip and leaf.ndim > 1
   return jax.tree_util.tree_map_with_path(keep, params)
 
 
 def learning_rate_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
   """Linear warmup to `learning_rate`, then `schedule`: linear (to 0 at total_steps),
-  inverse_sqrt (∝ 1/sqrt(step) after warmup, Vaswani et al.) or constant."""
+  cosine (to `min_lr_fraction` of the peak at total_steps, GPT-2/3), inverse_sqrt
+  (∝ 1/sqrt(step) after warmup, Vaswani et al.) or constant."""
   peak, warmup = cfg.learning_rate, int(cfg.warmup_steps)
   if cfg.get("warmup_fraction"):  # fine-tuning recipes: e.g. 10% of the steps
     warmup = int(round(cfg.warmup_fraction * total_steps))
@@ -37,6 +40,10 @@ def learning_rate_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> 
     return optax.join_schedules(
         [optax.linear_schedule(0.0, peak, max(warmup, 1)),
          optax.linear_schedule(peak, 0.0, max(total_steps - warmup, 1))], [warmup])
+  if cfg.schedule == "cosine":
+    return optax.warmup_cosine_decay_schedule(
+        0.0, peak, max(warmup, 1), max(total_steps, warmup + 1),
+        end_value=peak * float(cfg.get("min_lr_fraction", 0.0)))
   if cfg.schedule == "inverse_sqrt":
     def schedule(step):
       step = jnp.maximum(jnp.asarray(step, jnp.float32), 1.0)
@@ -46,18 +53,21 @@ def learning_rate_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> 
   if cfg.schedule == "constant":
     return optax.join_schedules([optax.linear_schedule(0.0, peak, max(warmup, 1)),
                                  optax.constant_schedule(peak)], [warmup])
-  raise ValueError(f"unknown train.schedule {cfg.schedule!r}: linear, inverse_sqrt, constant")
+  raise ValueError(f"unknown train.schedule {cfg.schedule!r}: linear, cosine, inverse_sqrt, "
+                   "constant")
 
 
 def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int):
   """(optax.GradientTransformation, schedule) from the `train` config section."""
   schedule = learning_rate_schedule(cfg, total_steps)
+  decay_embeddings = cfg.get("decay_embeddings", True)
+  mask = decay_mask if decay_embeddings else lambda p: decay_mask(p, embeddings=False)
   if cfg.optimizer == "adamw":
     opt = optax.adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
-                      weight_decay=cfg.weight_decay, mask=decay_mask)
+                      weight_decay=cfg.weight_decay, mask=mask)
   elif cfg.optimizer == "lamb":
     opt = optax.lamb(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
-                     weight_decay=cfg.weight_decay, mask=decay_mask)
+                     weight_decay=cfg.weight_decay, mask=mask)
   elif cfg.optimizer == "sgd":
     opt = optax.sgd(schedule, momentum=cfg.get("momentum") or None)
   else:

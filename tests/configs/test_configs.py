@@ -23,7 +23,8 @@ def load(name):
 CASES = ([("bert_tiny", None), ("bert_base", None), ("bert_base", "mlm_only"),
           ("bert_large", None), ("word2vec", None), ("finetune_classification", None),
           ("finetune_classification", "file"), ("finetune_ner", None), ("finetune_ner", "file"),
-          ("finetune_squad", None), ("finetune_squad", "v2.0"), ("finetune_squad", "file")]
+          ("finetune_squad", None), ("finetune_squad", "v2.0"), ("finetune_squad", "file"),
+          ("gpt", None), ("gpt", "small"), ("gpt", "tiny,text"), ("gpt", "small,tfds")]
          + [("finetune_classification", t) for t in sorted(GLUE_TASKS)]
          + [("translation", a) for a in (None, "numbers_gru", "file",
                                          "ted_hrlr_translate/pt_to_en",
@@ -58,6 +59,19 @@ def _abstract_params(config):
   shapes = task.phase_shapes(dict((config.train.get("phases") or [{}])[-1]))
   batch = task.dummy_batch(2, shapes["seq_len"], shapes["num_predictions"])
   return jax.eval_shape(lambda: task.init(jax.random.key(0), batch))["params"]
+
+
+def test_gpt_small_is_the_gpt2_124m_recipe():
+  c = load("gpt").get_config("small")
+  task = registry.get_task(c)
+  cfg = task.model_config
+  assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.vocab_size, cfg.max_len) == (
+      12, 768, 12, 50257, 1024)
+  assert (c.train.b2, c.train.weight_decay, c.train.schedule, c.train.grad_clip_norm) == (
+      0.95, 0.1, "cosine", 1.0)
+  assert not c.train.decay_embeddings
+  with pytest.raises(ValueError, match="unknown arg"):
+    load("gpt").get_config("huge")
 
 
 def test_unknown_finetune_args_are_errors():

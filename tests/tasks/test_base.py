@@ -32,6 +32,7 @@ BUILDERS = {
     "ner": lambda: _finetune("ner", "file", labels="O,B-PER,I-PER"),
     "squad": lambda: _finetune("squad", "file"),
     "translation": lambda: registry.get_task(_translation()),
+    "lm": lambda: registry.get_task(_gpt_tiny()),
 }
 
 
@@ -42,6 +43,14 @@ def _translation():
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module.get_config("numbers")
+
+
+def _gpt_tiny():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("gpt", ROOT / "configs" / "gpt.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config("tiny")
 
 
 @pytest.mark.parametrize("name", sorted(registry.TASKS))

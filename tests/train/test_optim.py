@@ -52,3 +52,26 @@ def test_warmup_fraction_sets_warmup_from_the_total_steps():
   sched = optim.learning_rate_schedule(cfg, 200)  # 20 warmup steps, then linear to 0
   np.testing.assert_allclose([sched(0), sched(10), sched(20), sched(110), sched(200)],
                              [0.0, 0.5, 1.0, 0.5, 0.0], atol=1e-6)
+
+
+def test_cosine_schedule_follows_the_formula_down_to_its_floor():
+  cfg = train_config(learning_rate=6e-4, warmup_steps=10, schedule="cosine")
+  cfg.min_lr_fraction = 0.1
+  sched = optim.learning_rate_schedule(cfg, total_steps=110)
+  assert float(sched(5)) == np.float32(6e-4 * 5 / 10)
+  for step in (10, 35, 60, 110):
+    progress = (step - 10) / 100
+    want = 6e-5 + (6e-4 - 6e-5) * 0.5 * (1 + np.cos(np.pi * progress))
+    np.testing.assert_allclose(float(sched(step)), want, rtol=1e-5)
+
+
+def test_gpt_recipe_decays_no_norm_bias_or_embedding():
+  params = {"token_embedder": {"embedding": jnp.ones((8, 4))},
+            "position_embedder": {"embedding": {"embedding": jnp.ones((6, 4))}},
+            "mlp": {"wi": {"kernel": jnp.ones((4, 8)), "bias": jnp.ones((8,))}},
+            "final_norm": {"scale": jnp.ones((4,)), "bias": jnp.ones((4,))}}
+  gpt = optim.decay_mask(params, embeddings=False)
+  bert = optim.decay_mask(params)
+  decayed = [jax.tree_util.keystr(k) for k, v in jax.tree_util.tree_leaves_with_path(gpt) if v]
+  assert decayed == ["['mlp']['wi']['kernel']"]
+  assert bert["token_embedder"]["embedding"] and bert["mlp"]["wi"]["kernel"]

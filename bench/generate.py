@@ -1,0 +1,147 @@
+"""Generation speed: our GPT (bert_jax.decoding, jit + KV cache) vs transformers' PyTorch
+GPT2LMHeadModel.generate, same dimensions, random weights, greedy, on this CPU.
+
+  /work/main/.venv/bin/python bench/generate.py [--dims small|tiny] [--ref_python PY]
+
+One script runs both sides: ours in this process, theirs in a subprocess of the reference
+venv (torch + transformers; default /work/main/.venv-ref/bin/python, or $REF_PYTHON).
+Reports generated tokens/s at batch 1 and 16 (prompt 32, 128 new tokens, no EOS on either
+side) and our time per new token at positions 32 / 512 / 990 in one cache of all 1,024 slots:
+with the cache a step costs the same wherever it is (no re-encoding of the prefix).
+Timings exclude compilation (ours) and take the best of --repeats runs (both sides).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+DIMS = {  # GPT-2 124M, and a small model for a quick check
+    "small": dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12),
+    "tiny": dict(vocab_size=4096, n_positions=1024, n_embd=128, n_layer=4, n_head=4),
+}
+PROMPT, NEW = 32, 128
+
+
+def _note(*args) -> None:
+  print("[bench/generate]", *args, file=sys.stderr, flush=True)  # partial results as they come
+
+
+def _best(fn, repeats: int) -> float:
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+  return min(times)
+
+
+# ----------------------------------------------------------------------------- ours
+def ours(dims: dict, batches, repeats: int) -> dict:
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  from bert_jax.decoding import gpt_generate  # pylint: disable=g-import-not-at-top
+  from bert_jax.models.gpt import GPT  # pylint: disable=g-import-not-at-top
+  from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
+  cfg = get_model_config("gpt/small", vocab_size=dims["vocab_size"], max_len=dims["n_positions"],
+                         hidden_size=dims["n_embd"], num_layers=dims["n_layer"],
+                         num_heads=dims["n_head"], deterministic=True)
+  model = GPT(cfg)
+  params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+  rng = np.random.default_rng(0)
+
+  def run(batch, width, new):
+    prompt = jnp.asarray(rng.integers(0, dims["vocab_size"], (batch, width)), jnp.int32)
+    lengths = jnp.full((batch,), width, jnp.int32)
+    call = lambda: gpt_generate(model, params, prompt, lengths, max_new_tokens=new,
+                                temperature=0.0).block_until_ready()
+    call()  # compile
+    return _best(call, repeats)
+
+  out = {"tokens_per_sec": {}, "ms_per_token_at": {}}
+  for b in batches:
+    out["tokens_per_sec"][str(b)] = b * NEW / run(b, PROMPT, NEW)
+    _note("ours batch", b, "tokens/s", out["tokens_per_sec"][str(b)])
+  # Time per token at a position: one cache of every position slot for all of them (so the
+  # program is the same size), k new tokens after a prompt of `pos` minus 1 new token.
+  from bert_jax.decoding import gpt_init_cache, gpt_step_fn, sample  # pylint: disable=g-import-not-at-top
+  import functools  # pylint: disable=g-import-not-at-top
+  slots, k = dims["n_positions"], 33
+
+  @functools.partial(jax.jit, static_argnames="new")
+  def continue_in_full_cache(params, prompt, new):
+    cache = gpt_init_cache(model, 1, slots)
+    return sample(gpt_step_fn(model, params), cache, prompt,
+                  jnp.full((1,), prompt.shape[1], jnp.int32), max_new_tokens=new,
+                  temperature=0.0)
+
+  for pos in (32, 512, slots - k - 1):
+    prompt = jnp.asarray(rng.integers(0, dims["vocab_size"], (1, pos)), jnp.int32)
+    times = {}
+    for new in (1, k):
+      call = lambda new=new: continue_in_full_cache(params, prompt, new).block_until_ready()
+      call()
+      times[new] = _best(call, repeats)
+    out["ms_per_token_at"][str(pos)] = 1000 * (times[k] - times[1]) / (k - 1)
+    _note("ours ms/token at position", pos, out["ms_per_token_at"][str(pos)])
+  return out
+
+
+# --------------------------------------------------------------------------- theirs
+def theirs(dims: dict, batches, repeats: int, threads: int) -> dict:
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  torch.set_num_threads(threads)
+  torch.manual_seed(0)
+  model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**dims)).eval()
+  out = {"tokens_per_sec": {}, "torch": torch.__version__,
+         "transformers": transformers.__version__, "threads": threads}
+  for b in batches:
+    ids = torch.randint(0, dims["vocab_size"], (b, PROMPT))
+    mask = torch.ones_like(ids)
+    call = lambda: model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW,
+                                  min_new_tokens=NEW, pad_token_id=0)
+    with torch.inference_mode():
+      call()  # warm-up
+      out["tokens_per_sec"][str(b)] = b * NEW / _best(call, repeats)
+    _note("theirs batch", b, "tokens/s", out["tokens_per_sec"][str(b)])
+  return out
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--dims", choices=sorted(DIMS), default="small")
+  p.add_argument("--batches", default="1,16")
+  p.add_argument("--repeats", type=int, default=2)
+  p.add_argument("--side", choices=["both", "ours", "theirs"], default="both")
+  p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+  p.add_argument("--ref_python", default=os.environ.get(
+      "REF_PYTHON", "/work/main/.venv-ref/bin/python"))
+  args = p.parse_args()
+  dims, batches = DIMS[args.dims], [int(b) for b in args.batches.split(",")]
+  if args.side == "theirs":
+    print(json.dumps(theirs(dims, batches, args.repeats, args.threads)))
+    return
+  result = {"dims": args.dims, **dims, "prompt": PROMPT, "new_tokens": NEW}
+  if args.side == "both":
+    proc = subprocess.run(
+        [args.ref_python, os.path.abspath(__file__), "--side", "theirs", "--dims", args.dims,
+         "--batches", args.batches, "--repeats", str(args.repeats),
+         "--threads", str(args.threads)], capture_output=True, text=True, check=False)
+    if proc.returncode:
+      sys.exit(f"the reference side failed:\n{proc.stderr[-3000:]}")
+    result["theirs"] = json.loads(proc.stdout.strip().splitlines()[-1])
+  result["ours"] = ours(dims, batches, args.repeats)
+  if "theirs" in result:
+    result["speedup"] = {b: result["ours"]["tokens_per_sec"][b] / result["theirs"][
+        "tokens_per_sec"][b] for b in result["ours"]["tokens_per_sec"]}
+  print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+  main()

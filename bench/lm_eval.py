@@ -1,0 +1,61 @@
+"""Held-out loss / perplexity / bits per byte of an `lm` config, before or after training.
+
+  python bench/lm_eval.py --config configs/gpt.py                      # the init (step 0)
+  python bench/lm_eval.py --config configs/gpt.py --workdir workdirs/gpt_tiny   # latest ckpt
+
+"Before" is the model the loop starts from (same seed, same init); "after" is the
+workdir's latest checkpoint (or a step dir). Every held-out target is scored once.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import os
+import sys
+
+import flax.linen as nn
+import jax
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bert_jax import checkpoint  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax import parallel  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax.tasks import registry  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax.train import steps  # noqa: E402  pylint: disable=g-import-not-at-top
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--config", default="configs/gpt.py", help="FILE[:ARG]")
+  p.add_argument("--workdir", default=None, help="evaluate its latest checkpoint")
+  p.add_argument("--batch_size", type=int, default=32)
+  args = p.parse_args()
+  path, _, arg = args.config.partition(":")
+  spec = importlib.util.spec_from_file_location("config_module", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config(arg or None)
+  task = registry.get_task(config)
+  task.prepare(args.workdir or "")
+  if args.workdir:
+    _, params, _ = checkpoint.load_params_for_inference(args.workdir)
+    where = args.workdir
+  else:  # what train_and_evaluate initializes (create_sharded_state) from config.seed
+    params_key, _ = jax.random.split(jax.random.key(config.seed))
+    dummy = task.dummy_batch(1, **task.phase_shapes({}))
+    params = nn.unbox(task.init(params_key, dummy)["params"])
+    where = "init"
+  eval_fn = jax.jit(functools.partial(steps.eval_step, task=task))
+  total = None
+  with jax.set_mesh(parallel.create_mesh(tuple(config.mesh_shape))):
+    for batch in task.eval_iterator({}, args.batch_size, 0, 1):
+      sums = jax.device_get(eval_fn(params, batch))
+      total = sums if total is None else jax.tree_util.tree_map(lambda a, b: a + b, total,
+                                                                sums)
+  ratios = {k: float(v) for k, v in task.metric_ratios(total).items()}
+  print(json.dumps({"params": where, "tokens": float(total["tokens"]), **ratios}, indent=1))
+
+
+if __name__ == "__main__":
+  main()

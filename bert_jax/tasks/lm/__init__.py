@@ -1,0 +1,1 @@
+"""Causal language modelling (GPT): packed documents, held-out perplexity and bits per byte."""
