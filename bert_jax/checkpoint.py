@@ -163,10 +163,11 @@ def _as_plain(tree):
 
 
 # ---------------------------------------------------------------- inference loading
-def load_params_for_inference(path: str):
+def load_params_for_inference(path: str, return_meta: bool = False):
   """(TransformerConfig, params as numpy, tokenizer dir or None) from one of our checkpoints.
 
-  `path` is a workdir, its `checkpoints/` dir, or one step dir inside it.
+  `path` is a workdir, its `checkpoints/` dir, or one step dir inside it. With
+  return_meta, the saved meta dict (task name, run config, ...) comes fourth.
   """
   from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
   path = os.path.abspath(path)
@@ -189,6 +190,8 @@ def load_params_for_inference(path: str):
       state=ocp.args.PyTreeRestore(restore_args=restore_args)))["state"]
   params = state["params"]
   model_config = TransformerConfig(**meta["model_config"])
+  if return_meta:
+    return model_config, params, meta.get("tokenizer_dir"), meta
   return model_config, params, meta.get("tokenizer_dir")
 
 
