@@ -43,6 +43,7 @@ from bert_jax.data import word2vec as w2v_data
 from bert_jax.models import word2vec as w2v_model
 from bert_jax.tasks import word_similarity
 from bert_jax.tasks.word2vec_export import save_word2vec_format
+from bert_jax.visualize.projector import write_projector
 from bert_jax.train.writer import MetricWriter
 
 ROWS, COLS = "tensor", "fsdp"  # mesh axes of table rows / columns (checked against the rules)
@@ -323,6 +324,8 @@ def export_vectors(workdir: str, words, vectors: np.ndarray, formats: str) -> li
       path = os.path.join(workdir, name)
       save_word2vec_format(path, words, vectors, binary=fmt == "binary")
       paths.append(path)
+  if formats != "none":  # + the TensorBoard projector files (visualize/projector.py)
+    paths += write_projector(workdir, words, vectors)
   return paths
 
 
