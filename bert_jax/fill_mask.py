@@ -30,20 +30,21 @@ from bert_jax.visualize.loader import InputError
 
 
 @functools.partial(jax.jit, static_argnames=("config",))
-def _mlm_logits(params, ids, mask, positions, *, config):
+def _mlm_logits(params, ids, mask, segments, positions, *, config):
   return BertForPreTraining(config, nsp=False).apply(
-      {"params": params}, ids, mask, None, positions)["mlm_logits"]   # [batch, P, vocab]
+      {"params": params}, ids, mask, segments, positions)["mlm_logits"]  # [batch, P, vocab]
 
 
 def mask_probabilities(config: TransformerConfig, params: dict, ids, positions,
-                       mask=None) -> np.ndarray:
+                       mask=None, segment_ids=None) -> np.ndarray:
   """ids [batch, len], positions [batch, P] -> softmax over the vocabulary [batch, P, V]."""
   bert = {k: v for k, v in params["bert"].items() if k != "pooler"}   # nsp=False: no pooler
   ids = np.asarray(ids, np.int32)
   mask = np.ones_like(ids) if mask is None else np.asarray(mask, np.int32)
+  segment_ids = np.zeros_like(ids) if segment_ids is None else np.asarray(segment_ids, np.int32)
   with jax.default_matmul_precision("float32"):
     logits = _mlm_logits({"bert": bert, "mlm_head": params["mlm_head"]}, ids, mask,
-                         np.asarray(positions, np.int32), config=config.replace(
+                         segment_ids, np.asarray(positions, np.int32), config=config.replace(
                              deterministic=True))
   return np.asarray(jax.nn.softmax(logits, axis=-1))
 

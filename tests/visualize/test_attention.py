@@ -1,5 +1,6 @@
 """Attention matrices and the `visualize attention` CLI against transformers' weights
 (tests/testdata/visualize/attention_ref.npz, eager attention, output_attentions=True)."""
+import flax.linen as nn
 import jax
 import matplotlib.image
 import numpy as np
@@ -112,3 +113,22 @@ def test_seq2seq_cross_attention_tiny_random_model_scanned():
   assert np.all(w["self"][..., np.triu(np.ones((4, 4), bool), k=1)] == 0.0)
   # Each decoder layer has its own cross-attention (the scanned stack was unstacked).
   assert not np.allclose(w["cross"][0], w["cross"][1])
+
+
+def test_cli_reads_a_gpt_workdir(tmp_path, capsys):
+  """Our workdirs of other families load by their param tree; config.task is kept."""
+  from tests.visualize.workdirs import save_workdir  # pylint: disable=g-import-not-at-top
+  config = _tiny_config(pre_ln=True)
+  params = jax.jit(GPT(config).init)(jax.random.key(0), np.zeros((1, 4), np.int32))["params"]
+  params = nn.unbox(params)                                     # as train/loop.py saves them
+  workdir = save_workdir(str(tmp_path / "lm"), params, config, "lm", TINY)
+  assert cli.main(["attention", "--checkpoint", workdir, "--text", "the cat sat on",
+                   "--layer", "1", "--head", "0", "--output", str(tmp_path / "g.png")]) == 0
+  out = capsys.readouterr().out
+  assert out.startswith("causal self-attention, layer 1, head 0")
+  rows, cols, matrix = attention.parse_table(out.split("\n", 1)[1].split("wrote")[0])
+  assert rows == cols == ["the", "cat", "sat", "on"]
+  assert np.all(np.triu(matrix, k=1) == 0.0)
+  assert cli.main(["attention", "--checkpoint", workdir, "--text", "the cat",
+                   "--text_b", "sat"]) == 2
+  assert "not GPT" in capsys.readouterr().err
