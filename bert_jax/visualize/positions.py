@@ -54,8 +54,9 @@ def encoding(kind: str, d_model: int, length: int, model: Optional[Loaded] = Non
     if model is None:
       raise InputError("--kind learned needs --checkpoint (a BERT or GPT with a learned "
                        "position table)")
-    table = _find(model.params, "position_embedder")
-    table = None if table is None else _find(table, "embedding")
+    table = _find(model.params, "position_embedder")   # .../embedding/embedding (nn.Embed)
+    while isinstance(table, dict):
+      table = _find(table, "embedding")
     if table is None:
       raise InputError(f"--checkpoint {model.source} has no learned position table "
                        f"(its position kind is {model.config.position!r})")
