@@ -75,11 +75,13 @@ def draw(word: str, sentences, bert_sim: np.ndarray, w2v_sim: Optional[np.ndarra
   panels = 2 if w2v_sim is not None else 1
   side = 2.2 + 0.55 * len(sentences)
   fig, axes = plot.subplots(1, panels, side * panels + 3.0, side + 0.4)
+  # The colour scale starts at the lowest cosine (to a tenth), so small gaps show.
+  low = min(0.9, float(np.floor(bert_sim.min() * 10) / 10))
   plot.heatmap(axes[0, 0], bert_sim, labels, numbers, annotate=len(sentences) <= 12,
-               vmin=0, vmax=1, title=f'BERT: cosine of "{word}" across sentences')
+               vmin=low, vmax=1, title=f'BERT: cosine of "{word}" across sentences')
   if w2v_sim is not None:
     plot.heatmap(axes[0, 1], w2v_sim, numbers, numbers, annotate=len(sentences) <= 12,
-                 vmin=0, vmax=1, title=f'word2vec: one vector for "{word}"')
+                 vmin=low, vmax=1, title=f'word2vec: one vector for "{word}"')
   fig.tight_layout()
   return plot.save(fig, path)
 
