@@ -11,8 +11,6 @@ import dataclasses
 import os
 from typing import Any, Optional
 
-import numpy as np
-
 from bert_jax.layers.config import TransformerConfig
 
 
@@ -101,7 +99,3 @@ def load(path: str) -> Loaded:
     raise InputError(f"--checkpoint {path} has no vocab.txt / tokenizer.json")
   return Loaded(kind, config, params, load_tokenizer(tokenizer_dir), task, path)
 
-
-def as_numpy(tree):
-  import jax  # pylint: disable=g-import-not-at-top
-  return jax.tree_util.tree_map(np.asarray, tree)

@@ -80,23 +80,34 @@ def _tiny_config(**kw):
                            mlp_dim=32, max_len=16, deterministic=True, **kw)
 
 
-def test_gpt_causal_attention_tiny_random_model():
+@pytest.fixture(scope="module")
+def gpt():
+  """One tiny random GPT shared by the GPT tests (inputs of length 4: one compile)."""
   config = _tiny_config(pre_ln=True)
-  ids = np.array([[5, 6, 7, 8, 9, 10, 0, 0]], np.int32)
+  return config, nn.unbox(jax.jit(GPT(config).init)(jax.random.key(0),
+                                                    np.zeros((1, 4), np.int32))["params"])
+
+
+def test_gpt_causal_attention_tiny_random_model(gpt):
+  config, params = gpt
+  ids = np.array([[5, 6, 7, 0]], np.int32)
   mask = (ids > 0).astype(np.int32)
-  params = jax.jit(GPT(config).init)(jax.random.key(0), ids)["params"]
-  w = attention.gpt_weights(config, params, ids, mask)          # [layers, 1, heads, 8, 8]
-  assert w.shape == (2, 1, 2, 8, 8)
+  w = attention.gpt_weights(config, params, ids, mask)          # [layers, 1, heads, 4, 4]
+  assert w.shape == (2, 1, 2, 4, 4)
   np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-6)
-  future = np.triu(np.ones((8, 8), bool), k=1)
+  future = np.triu(np.ones((4, 4), bool), k=1)
   assert np.all(w[..., future] == 0.0)
-  assert np.all(w[..., :6, 6:] == 0.0)                          # padding keys
+  assert np.all(w[..., :3, 3] == 0.0)                           # the padding key
   assert w[0, 0, 0, 0, 0] == pytest.approx(1.0)                 # the first token sees itself
-  # Sowing the weights does not change the model's output.
-  logits = jax.jit(GPT(config).apply)({"params": params}, ids, mask)
-  sown, _ = jax.jit(lambda p: GPT(config, return_weights=True).apply(
-      {"params": p}, ids, mask, mutable=["intermediates"]))(params)
-  np.testing.assert_allclose(logits, sown, atol=1e-6)
+
+  @jax.jit
+  def both(p):  # sowing the weights does not change the model's output
+    plain = GPT(config).apply({"params": p}, ids, mask)
+    sown, _ = GPT(config, return_weights=True).apply({"params": p}, ids, mask,
+                                                     mutable=["intermediates"])
+    return plain, sown
+  plain, sown = both(params)
+  np.testing.assert_allclose(plain, sown, atol=1e-6)
 
 
 def test_seq2seq_cross_attention_tiny_random_model_scanned():
@@ -115,12 +126,10 @@ def test_seq2seq_cross_attention_tiny_random_model_scanned():
   assert not np.allclose(w["cross"][0], w["cross"][1])
 
 
-def test_cli_reads_a_gpt_workdir(tmp_path, capsys):
+def test_cli_reads_a_gpt_workdir(tmp_path, capsys, gpt):
   """Our workdirs of other families load by their param tree; config.task is kept."""
   from tests.visualize.workdirs import save_workdir  # pylint: disable=g-import-not-at-top
-  config = _tiny_config(pre_ln=True)
-  params = jax.jit(GPT(config).init)(jax.random.key(0), np.zeros((1, 4), np.int32))["params"]
-  params = nn.unbox(params)                                     # as train/loop.py saves them
+  config, params = gpt                                          # unboxed, as the loop saves
   workdir = save_workdir(str(tmp_path / "lm"), params, config, "lm", TINY)
   assert cli.main(["attention", "--checkpoint", workdir, "--text", "the cat sat on",
                    "--layer", "1", "--head", "0", "--output", str(tmp_path / "g.png")]) == 0
