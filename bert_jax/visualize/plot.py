@@ -26,11 +26,12 @@ def heatmap(ax, matrix: np.ndarray, rows: Optional[Sequence[str]] = None,
     ax.set_xticks(range(len(cols)), labels=cols, fontsize=8, rotation=60, ha="right",
                   rotation_mode="anchor")
   if annotate:
-    lo, hi = np.nanmin(matrix), np.nanmax(matrix)
-    middle = (lo + hi) / 2
+    # Dark text on the bright upper half of the colour scale, white on the dark half.
+    lo, hi = image.norm.vmin, image.norm.vmax
     for (i, j), v in np.ndenumerate(matrix):
+      bright = hi <= lo or (v - lo) / (hi - lo) > 0.5
       ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-              color="black" if v > middle else "white")
+              color="black" if bright else "white")
   if title:
     ax.set_title(title, fontsize=9)
   return image
