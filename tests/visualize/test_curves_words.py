@@ -60,3 +60,17 @@ def test_words_cli_and_projector_export(tmp_path, capsys):
   assert 'tensor_path: "vectors.tsv"' in open(config).read()
   with pytest.raises(ValueError, match="cannot hold"):
     projector.write_projector(str(tmp_path), ["a\tb", "c", "d", "e"], vectors)
+
+
+def test_entry_points_exit_2_without_traceback(tmp_path):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  for argv, needle in [
+      (["bert_jax.visualize", "positions", "--kind", "rotary", "--d_model", "7",
+        "--output", str(tmp_path / "p.png")], "visualize: error: rotary encodings need an even"),
+      (["bert_jax.fill_mask", "--checkpoint", str(tmp_path / "nope"), "--text", "[MASK]"],
+       "fill_mask: error: --checkpoint")]:
+    proc = subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1
