@@ -48,8 +48,14 @@ def _hf_bert(path: str):
 def _ours(path: str):
   from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from bert_jax.interop import hf_layout  # pylint: disable=g-import-not-at-top
-  config, params, tokenizer_dir, meta = checkpoint.load_params_for_inference(
-      path, return_meta=True)
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(logging.ERROR)  # orbax warns that a read-only manager is read-only
+  try:
+    config, params, tokenizer_dir, meta = checkpoint.load_params_for_inference(
+        path, return_meta=True)
+  finally:
+    logging.set_verbosity(verbosity)
   task = str(meta.get("task") or meta.get("config", {}).get("task") or "unknown")
   tree = hf_layout.unflatten(hf_layout.plain_flat(params))   # unboxed, BERT layers unrolled
   if "bert" in tree or "embeddings" in tree:
@@ -92,6 +98,9 @@ def load(path: str) -> Loaded:
                        "(config.json + model.safetensors) nor a bert_jax workdir")
   except InputError:
     raise
+  except KeyError as e:  # e.g. a word2vec workdir: its meta has no model_config
+    raise InputError(f"--checkpoint {path} holds no Transformer model this tool can read "
+                     f"(its saved meta has no {e})") from None
   except Exception as e:  # pylint: disable=broad-except  (any unreadable checkpoint)
     detail = str(e).splitlines()[0] if str(e) else type(e).__name__
     raise InputError(f"cannot load --checkpoint {path}: {detail}") from None
