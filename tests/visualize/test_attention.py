@@ -110,11 +110,19 @@ def test_gpt_causal_attention_tiny_random_model(gpt):
   np.testing.assert_allclose(plain, sown, atol=1e-6)
 
 
-def test_seq2seq_cross_attention_tiny_random_model_scanned():
+@pytest.fixture(scope="module")
+def seq2seq():
+  """A tiny random encoder-decoder, scanned layers, 3 decoder layers (source 5, target 4)."""
   config = _tiny_config(position="none", scan_layers=True, num_decoder_layers=3)
+  init = jax.jit(Transformer(config).init)
+  return config, nn.unbox(init(jax.random.key(1), np.ones((1, 5), np.int32),
+                               np.ones((1, 4), np.int32))["params"])
+
+
+def test_seq2seq_cross_attention_tiny_random_model_scanned(seq2seq):
+  config, params = seq2seq
   src = np.array([[5, 6, 7, 0, 0]], np.int32)                   # 2 padding source tokens
   tgt = np.array([[2, 9, 10, 11]], np.int32)
-  params = jax.jit(Transformer(config).init)(jax.random.key(1), src, tgt)["params"]
   w = attention.seq2seq_weights(config, params, src, tgt)
   assert w["cross"].shape == (3, 1, 2, 4, 5)                    # decoder layers x target x source
   assert w["encoder"].shape == (2, 1, 2, 5, 5)
@@ -124,6 +132,26 @@ def test_seq2seq_cross_attention_tiny_random_model_scanned():
   assert np.all(w["self"][..., np.triu(np.ones((4, 4), bool), k=1)] == 0.0)
   # Each decoder layer has its own cross-attention (the scanned stack was unstacked).
   assert not np.allclose(w["cross"][0], w["cross"][1])
+
+
+def test_cli_reads_a_seq2seq_workdir_cross_attention_table(tmp_path, capsys, seq2seq, tiny):
+  from tests.visualize.workdirs import save_workdir  # pylint: disable=g-import-not-at-top
+  config, params = seq2seq
+  workdir = save_workdir(str(tmp_path / "mt"), params, config, "translation", TINY)
+  argv = ["attention", "--checkpoint", workdir, "--text", "the cat sat on the",
+          "--layer", "2", "--head", "1", "--output", str(tmp_path / "x.png")]
+  assert cli.main(argv + ["--text_b", "a dog sat ."]) == 0
+  out = capsys.readouterr().out
+  assert out.startswith("cross-attention (target x source), layer 2, head 1")
+  rows, cols, matrix = attention.parse_table(out.split("\n", 1)[1].split("wrote")[0])
+  assert rows == ["a", "dog", "sat", "."] and cols == ["the", "cat", "sat", "on", "the"]
+  src = [tiny.tokenizer.encode("the cat sat on the", add_special_tokens=False).ids]
+  tgt = tiny.tokenizer.encode("a dog sat .", add_special_tokens=False).ids
+  tgt_in = [[attention.bos_id(tiny.tokenizer)] + tgt[:-1]]     # teacher forcing
+  want = attention.seq2seq_weights(config, params, src, tgt_in)["cross"][2, 0, 1]
+  np.testing.assert_allclose(matrix, want, atol=0.005 + 1e-6)
+  assert cli.main(argv) == 2                                    # no target sentence
+  assert "needs --text_b" in capsys.readouterr().err
 
 
 def test_cli_reads_a_gpt_workdir(tmp_path, capsys, gpt):
