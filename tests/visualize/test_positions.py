@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bert_jax.visualize import __main__ as cli
-from bert_jax.visualize import plot, positions
+from bert_jax.visualize import plot
 from tests.visualize.conftest import TINY
 
 
