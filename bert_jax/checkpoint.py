@@ -162,11 +162,12 @@ def _as_plain(tree):
 
 
 # ---------------------------------------------------------------- inference loading
-def load_params_for_inference(path: str, with_params: bool = True):
+def load_params_for_inference(path: str, with_params: bool = True, return_meta: bool = False):
   """(TransformerConfig, params as numpy, tokenizer dir or None) from one of our checkpoints.
 
   `path` is a workdir, its `checkpoints/` dir, or one step dir inside it. Without
-  `with_params` only the metadata is read and params is None.
+  `with_params` only the metadata is read and params is None. With return_meta, the saved
+  meta dict (task name, run config, ...) comes fourth.
   """
   from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
   path = os.path.abspath(path)
@@ -184,10 +185,14 @@ def load_params_for_inference(path: str, with_params: bool = True):
   meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
   model_config = TransformerConfig(**meta["model_config"])
   if not with_params:
-    return model_config, None, meta.get("tokenizer_dir")
+    return ((model_config, None, meta.get("tokenizer_dir"), meta) if return_meta
+            else (model_config, None, meta.get("tokenizer_dir")))
   state_meta = manager.item_metadata(step)["state"]
   restore_args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
                                         state_meta)
   state = manager.restore(step, args=ocp.args.Composite(
       state=ocp.args.PyTreeRestore(restore_args=restore_args)))["state"]
-  return model_config, state["params"], meta.get("tokenizer_dir")
+  params = state["params"]
+  if return_meta:
+    return model_config, params, meta.get("tokenizer_dir"), meta
+  return model_config, params, meta.get("tokenizer_dir")

@@ -15,8 +15,12 @@ Array = jax.Array
 
 class GPT(nn.Module):
   """Causal LM. With `config.decode`, each call appends its tokens to the KV cache; give
-  their positions (see bert_jax/decoding for the step functions built on this)."""
+  their positions (see bert_jax/decoding for the step functions built on this).
+
+  `return_weights`: the causal attention matrices are sown into "intermediates".
+  """
   config: TransformerConfig
+  return_weights: bool = False
 
   def setup(self):
     cfg = self.config
@@ -28,7 +32,7 @@ class GPT(nn.Module):
     elif cfg.position == "sinusoidal":
       self.position_embedder = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
     self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
-    self.decoder = Decoder(cfg, cross_attention=False)
+    self.decoder = Decoder(cfg, cross_attention=False, return_weights=self.return_weights)
 
   def __call__(self, input_ids: Array, input_mask: Array | None = None,
                positions: Array | None = None, packed_segment_ids: Array | None = None) -> Array:

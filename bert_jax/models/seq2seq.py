@@ -29,8 +29,13 @@ def _default_positions(ids: Array) -> Array:
 
 
 class Transformer(nn.Module):
-  """Encoder-decoder Transformer. Padding id is 0 unless masks are given."""
+  """Encoder-decoder Transformer. Padding id is 0 unless masks are given.
+
+  `return_weights`: every attention matrix is sown into "intermediates" (encoder
+  `attention`, decoder `self_attention` and `cross_attention`), for pictures.
+  """
   config: TransformerConfig
+  return_weights: bool = False
 
   def setup(self):
     cfg = self.config
@@ -39,9 +44,10 @@ class Transformer(nn.Module):
                              embedding_init=cfg.embed_init("vocab", "embed"))
     self.positional = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
     self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
-    self.encoder = Encoder(cfg.replace(decode=False))
+    self.encoder = Encoder(cfg.replace(decode=False), return_weights=self.return_weights)
     self.decoder = Decoder(cfg, cross_attention=True,
-                           num_layers=cfg.num_decoder_layers or cfg.num_layers)
+                           num_layers=cfg.num_decoder_layers or cfg.num_layers,
+                           return_weights=self.return_weights)
 
   def _embed(self, ids: Array, positions: Array) -> Array:
     x = self.embedder(ids) * jnp.sqrt(self.config.hidden_size).astype(self.config.compute_dtype)

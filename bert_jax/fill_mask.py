@@ -1,0 +1,130 @@
+"""Fill-mask: the top-k tokens (with probabilities) the MLM head predicts for each [MASK].
+
+  python -m bert_jax.fill_mask --checkpoint DIR --text "the capital of france is [MASK] ." \
+      [--text "..." ...] [--top_k 5]
+
+DIR is one of our pretraining workdirs or a Hugging Face BERT directory with the MLM head
+(BertForPreTraining / BertForMaskedLM). Each text is "[CLS] text [SEP]" unless it starts
+with [CLS]. For a workdir, the held-out MLM accuracy of its last evaluation
+(metrics.jsonl `eval/mlm_accuracy`) is printed too, so the numbers sit next to examples.
+Bad input (no [MASK], a checkpoint without an MLM head, ...) prints one line
+`fill_mask: error: ...` and exits with status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+import jax
+import numpy as np
+
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.models.bert import BertForPreTraining
+from bert_jax.visualize import loader
+from bert_jax.visualize.attention import bert_inputs
+from bert_jax.visualize.loader import InputError
+
+
+@functools.partial(jax.jit, static_argnames=("config",))
+def _mlm_logits(params, ids, mask, segments, positions, *, config):
+  return BertForPreTraining(config, nsp=False).apply(
+      {"params": params}, ids, mask, segments, positions)["mlm_logits"]  # [batch, P, vocab]
+
+
+def mask_probabilities(config: TransformerConfig, params: dict, ids, positions,
+                       mask=None, segment_ids=None) -> np.ndarray:
+  """ids [batch, len], positions [batch, P] -> softmax over the vocabulary [batch, P, V]."""
+  bert = {k: v for k, v in params["bert"].items() if k != "pooler"}   # nsp=False: no pooler
+  ids = np.asarray(ids, np.int32)
+  mask = np.ones_like(ids) if mask is None else np.asarray(mask, np.int32)
+  segment_ids = np.zeros_like(ids) if segment_ids is None else np.asarray(segment_ids, np.int32)
+  with jax.default_matmul_precision("float32"):
+    logits = _mlm_logits({"bert": bert, "mlm_head": params["mlm_head"]}, ids, mask,
+                         segment_ids, np.asarray(positions, np.int32), config=config.replace(
+                             deterministic=True))
+  return np.asarray(jax.nn.softmax(logits, axis=-1))
+
+
+def fill(model: loader.Loaded, text: str, top_k: int) -> list[list[tuple[str, float]]]:
+  """Per [MASK] in the text, in order: the top_k (token, probability)."""
+  mask_id = model.tokenizer.token_to_id("[MASK]")
+  if mask_id is None:
+    raise InputError(f"the vocabulary of {model.source} has no [MASK] token")
+  ids, _, _ = bert_inputs(model.tokenizer, text)
+  positions = [i for i, t in enumerate(ids) if t == mask_id]
+  if not positions:
+    raise InputError(f"no [MASK] in --text {text!r}")
+  if len(ids) > model.config.max_len:
+    raise InputError(f"--text has {len(ids)} tokens; this model takes at most "
+                     f"{model.config.max_len}")
+  probs = mask_probabilities(model.config, model.params, [ids], [positions])[0]  # [P, V]
+  out = []
+  for row in probs:
+    best = np.argsort(-row, kind="stable")[:top_k]
+    out.append([(model.tokenizer.id_to_token(int(i)), float(row[i])) for i in best])
+  return out
+
+
+def held_out_accuracy(path: str) -> Optional[tuple[int, float]]:
+  """(step, eval/mlm_accuracy) of the last evaluation logged in path/metrics.jsonl."""
+  metrics = os.path.join(path, "metrics.jsonl")
+  if not os.path.isfile(metrics):
+    return None
+  last = None
+  with open(metrics, encoding="utf-8") as f:
+    for line in f:
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      if "eval/mlm_accuracy" in row:
+        last = (int(row["step"]), float(row["eval/mlm_accuracy"]))
+  return last
+
+
+def build_parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(prog="python -m bert_jax.fill_mask",
+                                   description=__doc__.split("\n")[0])
+  parser.add_argument("--checkpoint", required=True,
+                      help="our pretraining workdir or an HF BERT directory with the MLM head")
+  parser.add_argument("--text", action="append", required=True,
+                      help="a text with one or more [MASK] (repeatable)")
+  parser.add_argument("--top_k", type=int, default=5)
+  return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  try:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+  except SystemExit as e:
+    return int(e.code or 0)
+  try:
+    if args.top_k < 1:
+      raise InputError(f"--top_k must be >= 1, got {args.top_k}")
+    model = loader.load(args.checkpoint)
+    if model.kind != "bert" or not model.has_mlm_head:
+      raise InputError(f"--checkpoint {args.checkpoint} has no MLM head (a {model.kind} "
+                       f"{'encoder-only ' if model.kind == 'bert' else ''}checkpoint, task "
+                       f"{model.task}); fill-mask needs a pretraining checkpoint")
+    results = [fill(model, text, args.top_k) for text in args.text]
+  except InputError as e:
+    print(f"fill_mask: error: {e}", file=sys.stderr)
+    return 2
+  for text, masks in zip(args.text, results):
+    print(text)
+    for k, candidates in enumerate(masks):
+      label = "[MASK]" if len(masks) == 1 else f"[MASK] {k + 1}"
+      print(f"  {label}: " + "  ".join(f"{t} {p:.3f}" for t, p in candidates))
+  accuracy = held_out_accuracy(args.checkpoint) if os.path.isdir(args.checkpoint) else None
+  if accuracy:
+    print(f"held-out MLM accuracy: {accuracy[1]:.4f} (step {accuracy[0]}, "
+          f"{args.checkpoint}/metrics.jsonl)")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

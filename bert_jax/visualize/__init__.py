@@ -1,0 +1,1 @@
+"""Pictures of what the models learned: `python -m bert_jax.visualize --help`."""

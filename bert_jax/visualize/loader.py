@@ -1,0 +1,110 @@
+"""One loader for every picture: "our workdir or a Hugging Face directory" -> model + tokenizer.
+
+BERT comes from an HF BERT directory (config.json + model.safetensors + vocab) or one of our
+pretraining / fine-tuning checkpoints; the encoder-decoder and GPT come from our workdirs
+(their tasks save the Transformer / GPT param trees). The family is read from the param
+tree, and the saved task name (config.task) is quoted when a checkpoint holds none of them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Optional
+
+from bert_jax.layers.config import TransformerConfig
+
+
+class InputError(Exception):
+  """Bad user input: the CLIs print it as one line and exit with status 2."""
+
+
+@dataclasses.dataclass
+class Loaded:
+  kind: str                   # "bert" | "seq2seq" | "gpt"
+  config: TransformerConfig   # deterministic=True
+  params: dict                # bert: {"bert": encoder[, "mlm_head"]}; else the model's tree
+  tokenizer: Any              # tokenizers.Tokenizer
+  task: str                   # config.task of our checkpoints, "hf" for HF directories
+  source: str
+
+  @property
+  def has_mlm_head(self) -> bool:
+    return "mlm_head" in self.params
+
+
+def _hf_bert(path: str):
+  from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
+  config = hf.load_hf_config(path, deterministic=True)
+  tensors = hf.read_safetensors(path)
+  try:  # keeps the MLM head when the directory has one (BertForPreTraining / ForMaskedLM)
+    params = hf.hf_to_params(dict(tensors), config, model="pretraining",
+                             drop_missing_heads=True, source=path)
+  except ValueError:  # e.g. a fine-tuned classifier: its encoder is all we draw
+    params = {"bert": hf.hf_to_params(tensors, config, model="encoder",
+                                      drop_missing_heads=True, source=path)}
+  return config, params
+
+
+def _ours(path: str):
+  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.interop import hf_layout  # pylint: disable=g-import-not-at-top
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  verbosity = logging.get_verbosity()
+  logging.set_verbosity(logging.ERROR)  # orbax warns that a read-only manager is read-only
+  try:
+    config, params, tokenizer_dir, meta = checkpoint.load_params_for_inference(
+        path, return_meta=True)
+  finally:
+    logging.set_verbosity(verbosity)
+  task = str(meta.get("task") or meta.get("config", {}).get("task") or "unknown")
+  tree = hf_layout.unflatten(hf_layout.plain_flat(params))   # unboxed, BERT layers unrolled
+  if "bert" in tree or "embeddings" in tree:
+    bert = tree["bert"] if "bert" in tree else {
+        k: v for k, v in tree.items() if k in ("embeddings", "encoder", "pooler")}
+    params = {"bert": bert, **({"mlm_head": tree["mlm_head"]} if "mlm_head" in tree else {})}
+    return "bert", config.replace(deterministic=True, scan_layers=False), params, tokenizer_dir, task
+  # Decoder stacks keep the layout they were saved in (scanned or not): the collector
+  # in attention.py reads both.
+  from flax import linen as nn  # pylint: disable=g-import-not-at-top
+  plain = nn.meta.unbox(params)
+  plain = plain.get("params", plain) if isinstance(plain, dict) else plain
+  config = config.replace(deterministic=True, decode=False)
+  if "decoder" in plain and "embedder" in plain and "encoder" in plain:
+    return "seq2seq", config, plain, tokenizer_dir, task
+  if "decoder" in plain and "token_embedder" in plain:
+    return "gpt", config, plain, tokenizer_dir, task
+  raise InputError(f"the checkpoint at {path} (config.task={task!r}) holds no BERT, "
+                   f"encoder-decoder or GPT model (params: {sorted(plain)})")
+
+
+def load(path: str) -> Loaded:
+  """Loads `path` or raises InputError with one line naming the problem."""
+  from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
+  from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
+  if not os.path.exists(path):
+    raise InputError(f"--checkpoint {path} does not exist")
+  if os.path.isfile(path) and os.path.basename(path) in ("config.json", "model.safetensors"):
+    path = os.path.dirname(path) or "."
+  tokenizer_dir: Optional[str]
+  try:
+    if os.path.isfile(os.path.join(path, "config.json")):
+      kind, task = "bert", "hf"
+      config, params = _hf_bert(path)
+      tokenizer_dir = path if hf._has_tokenizer(path) else None  # pylint: disable=protected-access
+    elif hf._is_our_checkpoint(path):  # pylint: disable=protected-access
+      kind, config, params, tokenizer_dir, task = _ours(path)
+    else:
+      raise InputError(f"--checkpoint {path} is neither a Hugging Face BERT directory "
+                       "(config.json + model.safetensors) nor a bert_jax workdir")
+  except InputError:
+    raise
+  except KeyError as e:  # e.g. a word2vec workdir: its meta has no model_config
+    raise InputError(f"--checkpoint {path} holds no Transformer model this tool can read "
+                     f"(its saved meta has no {e})") from None
+  except Exception as e:  # pylint: disable=broad-except  (any unreadable checkpoint)
+    detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise InputError(f"cannot load --checkpoint {path}: {detail}") from None
+  if not tokenizer_dir:
+    raise InputError(f"--checkpoint {path} has no vocab.txt / tokenizer.json")
+  return Loaded(kind, config, params, load_tokenizer(tokenizer_dir), task, path)
+
