@@ -32,6 +32,7 @@ def _config(mesh, batch_size=32):
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   c = module.get_config()
+  c.model.scan_layers = True  # as the pretraining configs run; ~30% less TPU compile time
   c.mesh_shape = mesh
   c.train.batch_size = batch_size
   return c

@@ -3,7 +3,7 @@
 The text is `compiled.as_text()`. A collective inside a while loop (a scanned layer
 stack, gradient accumulation) runs once per iteration, so each computation's count is
 multiplied by how often it runs per step: the known trip counts XLA records on while
-loops, propagated from ENTRY through every call site (while bodies, calls, fusions,
+loops (or, on TPU, the `counter < N` of the loop's condition), propagated from ENTRY through every call site (while bodies, calls, fusions,
 conditional branches, each branch counted as taken).
 
 Bytes are those of each collective's result on one device (for an async pair, of the
@@ -65,15 +65,31 @@ def _parse(text: str):
   return comps, entry
 
 
+def _condition_trip_count(instrs) -> int | None:
+  """N of a `counter < N` loop condition (a scan's: counter from 0, step 1), else None.
+
+  TPU executables do not carry the known_trip_count backend config, so the count is
+  read off the condition computation: one integer constant and a LT comparison.
+  """
+  consts = [int(m.group(1)) for op, _, line in instrs if op == "constant"
+            for m in [re.search(r"constant\((\d+)\)", line)] if m]
+  less = [line for op, _, line in instrs if op == "compare" and "direction=LT" in line]
+  return consts[0] if len(consts) == 1 and len(less) == 1 else None
+
+
 def _executions(comps: dict, entry: str) -> dict:
   """{computation: times it runs per call of ENTRY}."""
   edges = collections.defaultdict(list)   # caller -> [(callee, factor)]
   for name, instrs in comps.items():
     for opcode, _, line in instrs:
       trip = _TRIP.search(line)
+      trips = int(trip.group(1)) if trip else None
+      if opcode == "while" and trips is None:
+        cond = re.search(r"\bcondition=%?([\w.\-]+)", line)
+        trips = _condition_trip_count(comps.get(cond.group(1), ())) if cond else None
       for callee in _CALLEES.findall(line):
         is_body = opcode == "while" and re.search(rf"\bbody=%?{re.escape(callee)}(?![\w.\-])", line)
-        factor = int(trip.group(1)) if (trip and is_body) else 1
+        factor = (trips or 1) if is_body else 1
         edges[name].append((callee, factor))
       for group in _BRANCHES.findall(line):
         for callee in re.findall(r"%?([\w.\-]+)", group):
