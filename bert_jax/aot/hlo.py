@@ -114,11 +114,18 @@ def collectives(text: str) -> dict:
     raise ValueError("no ENTRY computation in the HLO text")
   runs = _executions(comps, entry)
   out = {k: {"count": 0, "bytes": 0} for k in KINDS}
+  # TPU executables hold an async collective twice (the fusion that starts it and the
+  # one that finishes it), as clones with one channel_id: count each channel once.
+  seen = {}
   for name, instrs in comps.items():
-    for opcode, type_text, _ in instrs:
+    for opcode, type_text, line in instrs:
       kind = opcode[:-len("-done")] if opcode.endswith("-done") else opcode
-      if kind not in out or opcode.endswith("-start"):
+      if kind not in out or opcode.endswith("-start") or not runs[name]:
         continue
-      out[kind]["count"] += runs[name]
-      out[kind]["bytes"] += runs[name] * shape_bytes(type_text)
+      channel = re.search(r"\bchannel_id=(\d+)", line)
+      key = (kind, channel.group(1)) if channel else (kind, name, line)
+      seen[key] = max(seen.get(key, (0, 0)), (runs[name], shape_bytes(type_text)))
+  for (kind, *_), (times, nbytes) in seen.items():
+    out[kind]["count"] += times
+    out[kind]["bytes"] += times * nbytes
   return out
