@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from typing import Any, Optional
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
+
+from bert_jax import paths
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True,
                best_metric: Optional[str] = None, best_mode: str = "max"):
-    self.directory = os.path.abspath(directory)
+    self.directory = paths.resolve(directory)  # gs://bucket/run stays remote
     policies = [ocm.LatestN(n=keep)]
     if best_metric:
       policies.append(ocm.BestN(get_metric_fn=lambda m: m[best_metric], n=1,
@@ -95,7 +96,7 @@ class Checkpointer:
         check_compatible(self.state_metadata(s), abstract_state, f"{self.directory}/{s}")
         items = {"state": ocp.args.StandardRestore(abstract_state),
                  "meta": ocp.args.JsonRestore()}
-        has_data = os.path.isdir(os.path.join(self.directory, str(s), "data"))
+        has_data = (self.directory / str(s) / "data").is_dir()
         if data_iterator is not None and has_data:
           _, restore_cls = _grain_args()
           items["data"] = restore_cls(data_iterator)
@@ -170,12 +171,12 @@ def load_params_for_inference(path: str, with_params: bool = True, return_meta: 
   meta dict (task name, run config, ...) comes fourth.
   """
   from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
-  path = os.path.abspath(path)
-  if os.path.isdir(os.path.join(path, "checkpoints")):
-    path = os.path.join(path, "checkpoints")
+  path = paths.resolve(path)
+  if (path / "checkpoints").is_dir():
+    path = path / "checkpoints"
   step = None
-  if os.path.basename(path).isdigit() and os.path.isdir(os.path.join(path, "state")):
-    step, path = int(os.path.basename(path)), os.path.dirname(path)
+  if path.name.isdigit() and (path / "state").is_dir():
+    step, path = int(path.name), path.parent
   manager = ocp.CheckpointManager(path, options=ocp.CheckpointManagerOptions(
                                       read_only=True, create=False, save_interval_steps=0),
                                   item_handlers=_item_handlers(ocp.PyTreeCheckpointHandler()))

@@ -44,8 +44,11 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
   _maybe_initialize_distributed()
   config = _CONFIG.value
+  from bert_jax import paths  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   try:
+    paths.check_filesystem(FLAGS.workdir, "--workdir")
+    paths.check_filesystem(config.get("init_from"), "config.init_from")
     registry.run(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError) as e:
     logging.error("%s", e)

@@ -3,11 +3,29 @@
 Run:
   python -m bert_jax.main --config configs/bert_large.py --workdir /path/to/bert_large
 The mesh shards weights and optimizer state over 'fsdp' (4-way) and data over the rest.
+Arg `s512`: one phase at 512 tokens (80 predictions), the phase that decides memory.
+Before booking a pod, compile it for the pod's topology (no TPU needed):
+  python -m bert_jax.aot --config configs/bert_large.py --topology v5e:4x4
+  python launch/sweep.py --config configs/bert_large.py:s512 --aot v5e-256
 """
 from bert_jax.train.defaults import bert_pretraining_config
 
 
 def get_config(arg=None):
-  c = bert_pretraining_config("bert/large", arg)
+  if arg not in (None, "", "mlm_only", "s512"):
+    raise ValueError(f"unknown arg {arg!r}; expected mlm_only or s512")
+  c = bert_pretraining_config("bert/large", "mlm_only" if arg == "mlm_only" else None)
   c.mesh_shape = (-1, 4, 1)
+  if arg == "s512":
+    c.train.phases = (dict(fraction=1.0, max_seq_length=512, max_predictions_per_seq=80),)
   return c
+
+
+def get_sweep(hyper):
+  """Parallelism x remat x global batch for `launch/sweep.py --aot TOPOLOGY` (v5p-128,
+  v5e-256): which strategies fit, and the largest batch each one fits."""
+  return hyper.product([
+      hyper.sweep("config.mesh_shape", [(-1, 1, 1), (-1, 8, 1), (1, -1, 1), (-1, 8, 4)]),
+      hyper.sweep("config.model.remat_policy", ["none", "dots_no_batch", "full"]),
+      hyper.sweep("config.train.batch_size", [256, 1024, 4096]),
+  ])

@@ -5,6 +5,7 @@
   python launch/sweep.py --config configs/bert_tiny.py --workdir_root runs/tiny   # local, in turn
   python launch/sweep.py ... --launcher tpu --tpu_name my-pod --zone us-central2-b
   python launch/sweep.py ... --launcher slurm
+  python launch/sweep.py --config configs/bert_large.py:s512 --aot v5e-256 [--results F.md]
 
 A sweep is a function of `hyper` in the config file (big_vision style):
   def get_sweep(hyper):
@@ -12,6 +13,10 @@ A sweep is a function of `hyper` in the config file (big_vision style):
                           hyper.sweep("config.seed", [0, 1])])
 `--config` may carry the config arg (`configs/bert_base.py:mlm_only`); extra
 `--config.x=y` flags are passed to every run.
+
+`--aot TOPOLOGY` runs nothing: it compiles every point's train step for the TPU
+topology (bert_jax/aot, libtpu, no TPU) and prints a markdown table of what fits, per
+chip, and the largest global batch that fits per (mesh, remat) strategy.
 """
 from __future__ import annotations
 
@@ -45,13 +50,19 @@ class hyper:  # pylint: disable=invalid-name
     return [dict(kv for d in combo for kv in d.items()) for combo in zip(*sweeps)]
 
 
-def load_sweep(config_path: str) -> list[dict]:
+def _load_module(config_path: str):
   path = config_path.split(":", 1)[0]
   if not os.path.exists(path):
     raise FileNotFoundError(f"config file {path} does not exist")
   spec = importlib.util.spec_from_file_location("sweep_config", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
+  return module
+
+
+def load_sweep(config_path: str) -> list[dict]:
+  path = config_path.split(":", 1)[0]
+  module = _load_module(config_path)
   if not hasattr(module, "get_sweep"):
     raise ValueError(f"{path} defines no get_sweep(hyper)")
   return module.get_sweep(hyper)
@@ -73,6 +84,85 @@ def commands(config: str, workdir_root: str, extra: list[str], python: str = "py
   return out
 
 
+def _set(config, key: str, value) -> None:
+  """config.a.b = value for a sweep key 'config.a.b' (the config stays locked)."""
+  node = config
+  *parents, leaf = key.split(".")[1:]
+  for name in parents:
+    node = node[name]
+  node[leaf] = tuple(value) if isinstance(value, list) else value
+
+
+def _literal(text: str):
+  import ast  # pylint: disable=g-import-not-at-top
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text
+
+
+def aot_rows(config_path: str, topology: str, extra: list[str]) -> list[dict]:
+  """Compiles every sweep point's train step for `topology`; one result row per point."""
+  from bert_jax.aot import check as check_lib, report as report_lib  # pylint: disable=g-import-not-at-top
+  rows = []
+  for overrides in load_sweep(config_path):
+    arg = config_path.split(":", 1)[1] if ":" in config_path else None
+    config = _load_module(config_path).get_config(arg)
+    config.lock()
+    for flag in extra:
+      key, _, value = flag[2:].partition("=")
+      _set(config, key, _literal(value))
+    for key, value in overrides.items():
+      _set(config, key, value)
+    row = {"overrides": overrides}
+    try:
+      report = check_lib.check(config, topology, steps=("train",), config_name=config_path)
+    except report_lib.DoesNotFitError as e:
+      report, row["error"] = e.report, str(e).split(": ", 1)[-1]
+    except ValueError as e:  # e.g. a batch that does not divide over the mesh
+      row.update(fits=None, error=str(e))
+      rows.append(row)
+      print(f"# {run_name(overrides)}: {e}", file=sys.stderr, flush=True)
+      continue
+    worst = max(report["steps"], key=lambda r: r.get("hbm", {}).get("total", float("inf")))
+    row.update(fits=report["fits"], mesh=report["mesh"], hbm=worst.get("hbm"),
+               compile_seconds=sum(r["compile_seconds"] for r in report["steps"]),
+               roofline=worst.get("roofline"), chip=report["chip"])
+    rows.append(row)
+    print(f"# {run_name(overrides)}: fits={row['fits']} "
+          + (f"{row['hbm']['total'] / 2 ** 30:.2f} GiB" if row["hbm"] else row["error"]),
+          file=sys.stderr, flush=True)
+  return rows
+
+
+def aot_table(rows: list[dict], topology: str) -> str:
+  """Markdown: one line per point, then the largest fitting batch per strategy."""
+  def cell(v):
+    return "x".join(str(x) for x in v) if isinstance(v, (tuple, list)) else str(v)
+  keys = list(rows[0]["overrides"]) if rows else []
+  out = [f"AOT sweep on {topology}: train step per chip (HBM total incl. program; roofline "
+         "= lower bound of the step time from peak FLOP/s and HBM bandwidth).", "",
+         "| " + " | ".join(k.split(".")[-1] for k in keys)
+         + " | fits | HBM per chip | roofline ms | compile s |",
+         "|" + " --- |" * (len(keys) + 4)]
+  best = {}
+  for r in rows:
+    hbm = f"{r['hbm']['total'] / 2 ** 30:.2f} GiB" if r.get("hbm") else r.get("error", "")[:90]
+    roof = f"{r['roofline']['step_seconds'] * 1e3:.1f}" if r.get("roofline") else ""
+    comp = f"{r['compile_seconds']:.0f}" if "compile_seconds" in r else ""
+    out.append("| " + " | ".join(cell(r["overrides"][k]) for k in keys)
+               + f" | {'yes' if r['fits'] else 'no'} | {hbm} | {roof} | {comp} |")
+    strategy = tuple(cell(v) for k, v in r["overrides"].items() if not k.endswith("batch_size"))
+    batch = r["overrides"].get("config.train.batch_size")
+    if r["fits"] and batch is not None:
+      best[strategy] = max(best.get(strategy, 0), batch)
+    else:
+      best.setdefault(strategy, 0)
+  out += ["", "| strategy | largest global batch that fits |", "| --- | --- |"]
+  out += [f"| {', '.join(s)} | {b or 'none of the swept'} |" for s, b in best.items()]
+  return "\n".join(out)
+
+
 def wrap(argv: list[str], args) -> list[str]:
   """The command that starts one run on the chosen launcher."""
   cmd = " ".join(shlex.quote(a) for a in argv)
@@ -88,7 +178,10 @@ def wrap(argv: list[str], args) -> list[str]:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--config", required=True)
-  p.add_argument("--workdir_root", required=True)
+  p.add_argument("--workdir_root", default="")
+  p.add_argument("--aot", default="", metavar="TOPOLOGY",
+                 help="compile every point for this TPU topology (e.g. v5e-256), run nothing")
+  p.add_argument("--results", default="", help="with --aot: also append the table to this file")
   p.add_argument("--launcher", choices=["local", "tpu", "slurm"], default="local")
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
   p.add_argument("--tpu_name", default="")
@@ -98,6 +191,19 @@ def main(argv=None) -> int:
   bad = [e for e in extra if not e.startswith("--config.")]
   if bad:
     p.error(f"unknown arguments {bad} (only --config.x=y overrides are passed through)")
+  if args.aot:
+    try:
+      table = aot_table(aot_rows(args.config, args.aot, extra), args.aot)
+    except (FileNotFoundError, ValueError) as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+    print(table)
+    if args.results:
+      with open(args.results, "a", encoding="utf-8") as f:
+        f.write("\n" + table + "\n")
+    return 0
+  if not args.workdir_root:
+    p.error("--workdir_root is required (except with --aot)")
   if args.launcher == "tpu" and not (args.tpu_name and args.zone):
     p.error("--launcher tpu needs --tpu_name and --zone")
   try:

@@ -69,11 +69,12 @@ def _phase_of(plan, step: int) -> int:
   return len(plan) - 1
 
 
-def create_sharded_state(task, tx, mesh, dummy_batch, seed: int):
-  """(state, state_shardings, abstract_state): built already sharded, never whole on one device.
+def abstract_state(task, tx, mesh, dummy_batch, seed: int):
+  """(init_fn, key, state_shardings, abstract_state) without materializing anything.
 
   eval_shape gives the boxed abstract state; its logical names become NamedShardings
-  through the rules table; jit(init, out_shardings) then materializes each shard in place.
+  through the rules table. Shared by the loop and bert_jax/aot (which compiles for a
+  TPU topology it does not have), so both see the same state and shardings.
   """
   def init_fn(key):
     params_key, state_key = jax.random.split(key)
@@ -83,11 +84,29 @@ def create_sharded_state(task, tx, mesh, dummy_batch, seed: int):
   key = jax.random.key(seed)
   boxed_abstract = jax.eval_shape(init_fn, key)
   shardings = parallel.abstract_state_shardings(boxed_abstract, mesh)
-  state = jax.jit(init_fn, out_shardings=shardings)(key)
   abstract = jax.tree_util.tree_map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
       nn.unbox(boxed_abstract), shardings)
+  return init_fn, key, shardings, abstract
+
+
+def create_sharded_state(task, tx, mesh, dummy_batch, seed: int):
+  """(state, state_shardings, abstract_state): built already sharded, never whole on one
+  device: jit(init, out_shardings) materializes each shard in place."""
+  init_fn, key, shardings, abstract = abstract_state(task, tx, mesh, dummy_batch, seed)
+  state = jax.jit(init_fn, out_shardings=shardings)(key)
   return nn.unbox(state), shardings, abstract
+
+
+def jit_steps(task, tx, schedule, tc, state_sh):
+  """(p_train, p_eval): the steps jitted with the state's shardings (train donates it)."""
+  p_train = jax.jit(
+      functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule,
+                        accum_steps=int(tc.grad_accum_steps)),
+      in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,))
+  eval_fn = steps.predict_step if task.host_scored else steps.eval_step
+  p_eval = jax.jit(functools.partial(eval_fn, task=task), in_shardings=(state_sh.params, None))
+  return p_train, p_eval
 
 
 def _meta(config, task, phase: int) -> dict:
@@ -224,12 +243,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)
 
   # --------------------------------------------------- (4) compile steps
-  p_train = jax.jit(
-      functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule,
-                        accum_steps=int(tc.grad_accum_steps)),
-      in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,))
-  eval_fn = steps.predict_step if task.host_scored else steps.eval_step
-  p_eval = jax.jit(functools.partial(eval_fn, task=task), in_shardings=(state_sh.params, None))
+  p_train, p_eval = jit_steps(task, tx, schedule, tc, state_sh)
 
   peak = float(tc.get("peak_flops_per_device") or mfu.measured_peak_flops(
       "bfloat16" if task.model_config.dtype == "bfloat16" and jax.default_backend() != "cpu"

@@ -5,13 +5,54 @@ Only process 0 writes; every process may call.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
 import sys
 import time
 
 import jax
+from etils import epath
+
+from bert_jax import paths
+
+
+class _Rewritten:
+  """A file on an object store, which has no appends: every flush rewrites the object
+  with all bytes written so far (metric files are small). Opened for appending, it
+  starts from the object's current content, so a resumed run keeps its history."""
+
+  def __init__(self, path: str, append: bool = False):
+    self.path = epath.Path(path)
+    self._buf = io.BytesIO()
+    if append and self.path.exists():
+      self._buf.write(self.path.read_bytes())
+
+  def write(self, data) -> None:
+    self._buf.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+  def flush(self) -> None:
+    self.path.write_bytes(self._buf.getvalue())
+
+  def close(self) -> None:
+    self.flush()
+
+
+class _RewrittenFactory:
+  """tensorboardX writer factory for gs:// event files, through epath (gcsfs)."""
+
+  def open(self, path):
+    return _Rewritten(path)
+
+  def directory_check(self, path):
+    del path  # object stores have no directories to create
+
+
+def _register_event_writers() -> None:
+  # tensorboardX's own gs:// writer needs google-cloud-storage's default credentials;
+  # ours goes through the same client as every other gs:// path.
+  from tensorboardX import record_writer  # pylint: disable=g-import-not-at-top
+  record_writer.register_writer_factory("gs", _RewrittenFactory())
 
 
 class MetricWriter:
@@ -22,10 +63,13 @@ class MetricWriter:
     self._tb = None
     self._jsonl = None
     if self.enabled:
-      os.makedirs(workdir, exist_ok=True)
+      paths.resolve(workdir).mkdir(parents=True, exist_ok=True)
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      self._tb = SummaryWriter(logdir=workdir, flush_secs=10)
-      self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+      _register_event_writers()
+      self._tb = SummaryWriter(logdir=str(workdir), flush_secs=10)
+      jsonl = paths.resolve(workdir) / "metrics.jsonl"
+      self._jsonl = (_Rewritten(str(jsonl), append=True) if paths.is_remote(workdir)
+                     else open(jsonl, "a", encoding="utf-8"))
 
   def write_scalars(self, step: int, scalars: dict) -> None:
     """A non-finite value (no evaluation words in a toy corpus: a NaN Spearman) goes to

@@ -45,3 +45,38 @@ def test_missing_config_is_a_clear_error():
                         "--workdir_root", "/tmp/sw", "--dry_run"], cwd=ROOT,
                        capture_output=True, text=True)
   assert res.returncode == 2 and "configs/nope.py does not exist" in res.stderr
+
+
+def test_aot_table_lists_points_and_the_largest_fitting_batch_per_strategy():
+  sw = _sweep_module()
+  gib = 2 ** 30
+  def row(mesh, batch, fits, total=None):
+    r = {"overrides": {"config.mesh_shape": mesh, "config.train.batch_size": batch},
+         "fits": fits, "compile_seconds": 12.0}
+    if total is not None:
+      r.update(hbm={"total": total * gib}, roofline={"step_seconds": 0.05})
+    else:
+      r["error"] = "train step does not fit: dominant term: temporaries"
+    return r
+  rows = [row((-1, 1, 1), 256, True, 9.5), row((-1, 1, 1), 1024, False, 17.0),
+          row((1, -1, 1), 256, True, 3.0), row((1, -1, 1), 1024, True, 12.0),
+          row((1, -1, 1), 4096, False)]
+  table = sw.aot_table(rows, "v5e-256")
+  assert "| -1x1x1 | 1024 | no | 17.00 GiB | 50.0 | 12 |" in table
+  assert "| 1x-1x1 | 4096 | no | train step does not fit" in table
+  assert "| -1x1x1 | 256 |" in table.split("largest global batch")[1]
+  assert "| 1x-1x1 | 1024 |" in table.split("largest global batch")[1]
+
+
+def test_sweep_sets_nested_locked_config_keys():
+  sw = _sweep_module()
+  spec = importlib.util.spec_from_file_location("bl", os.path.join(ROOT, "configs", "bert_large.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  config = mod.get_config("s512")
+  config.lock()
+  sw._set(config, "config.model.remat_policy", "full")
+  sw._set(config, "config.mesh_shape", [1, -1, 1])
+  assert config.model.remat_policy == "full" and config.mesh_shape == (1, -1, 1)
+  assert [dict(p)["max_seq_length"] for p in config.train.phases] == [512]
+  assert len(mod.get_sweep(sw.hyper)) == 36

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bert_jax import paths
 from bert_jax.data import sampling
 from bert_jax.layers.stacks import unrolled_to_scan
 from bert_jax.train import losses
@@ -188,10 +189,10 @@ class FinetuneTask:
   def prepare(self, workdir: str) -> None:
     # The tokenizer goes into the workdir, so the fine-tuned checkpoints are
     # self-contained (predict mode, embed and HF export read it from there).
-    self.tokenizer_dir = os.path.join(os.path.abspath(workdir), "tokenizer")
+    self.tokenizer_dir = str(paths.resolve(workdir) / "tokenizer")  # local or gs://
     if jax.process_index() == 0:
-      os.makedirs(self.tokenizer_dir, exist_ok=True)
-      self.tokenizer.save(os.path.join(self.tokenizer_dir, "tokenizer.json"))
+      paths.resolve(self.tokenizer_dir).mkdir(parents=True, exist_ok=True)
+      (paths.resolve(self.tokenizer_dir) / "tokenizer.json").write_text(self.tokenizer.to_str())
     self.train_examples, self.train_features = self.load_split("train", True)
     self.eval_examples, self.eval_features = self.load_split("eval", False)
     if not len(self.train_features["input_ids"]):

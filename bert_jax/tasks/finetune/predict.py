@@ -22,7 +22,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import checkpoint
+from bert_jax import checkpoint, paths
 from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan
 from bert_jax.train import steps
 from bert_jax.train.writer import log
@@ -76,13 +76,14 @@ def predict(config: ml_collections.ConfigDict, workdir: str, task, step_dir: str
   outputs = [jax.device_get(fn(params, batch)) for batch in batches]
   outputs = {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
 
-  out_path = config.predict.output_file or os.path.join(workdir, "predictions.jsonl")
-  tmp = out_path + ".tmp"
+  out_path = str(paths.resolve(config.predict.output_file or
+                               os.path.join(workdir, "predictions.jsonl")))
+  tmp = paths.resolve(out_path + ".tmp")
   count = 0
-  with open(tmp, "w", encoding="utf-8") as f:
+  with tmp.open("w") as f:  # local or gs:// (epath)
     for record in task.prediction_records(examples, features, outputs):
       f.write(json.dumps(record, ensure_ascii=False) + "\n")
       count += 1
-  os.replace(tmp, out_path)
+  tmp.replace(out_path)
   log(f"predict: {count} predictions from {step_dir} -> {out_path}")
   return out_path

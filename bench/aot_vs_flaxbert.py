@@ -1,0 +1,156 @@
+"""Per-chip HBM and compile time on a TPU topology: our BERT-large pretraining step vs
+transformers' FlaxBertForPreTraining, both compiled ahead of time (libtpu, no TPU).
+
+  .venv-bench/bin/python bench/aot_vs_flaxbert.py --topology v5e:4x4 --seq 512 \
+      --batches 64,128,256,512 --systems ours,theirs,theirs_remat
+
+(.venv-bench: bench/requirements-bench.txt, which includes libtpu.) For every system and
+global batch it compiles the train step for the topology and prints one JSON line:
+fits, per-chip HBM (arguments, temporaries, outputs, total incl. program), compile seconds.
+The largest batch that fits per system is the last line.
+
+* ours: configs/bert_large.py (bf16 compute, scan over layers, remat `dots_no_batch`,
+  mesh (-1, 4, 1): weights and Adam moments sharded 4-way over fsdp, data over the rest),
+  one phase at --seq with BERT's prediction count (20 at 128, 80 at 512), compiled by
+  bert_jax.aot exactly as the loop jits it. `--our_mesh -1,1,1` gives plain data parallel.
+* theirs: FlaxBertForPreTraining (BERT-large, dtype bfloat16, params float32) with the
+  run_mlm_flax-style step (MLM cross-entropy over every position's logits with labels
+  -100 off the masked tokens, + NSP), AdamW through optax, data parallel: params and
+  optimizer state replicated, the batch split over all chips (run_mlm_flax's pmap, as
+  one jit). `theirs_remat` is the same with gradient_checkpointing=True.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import bert_jax.aot  # noqa: E402,F401  (allows concurrent compile-only libtpu loads)
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+
+from bert_jax.aot import chips  # noqa: E402
+from bert_jax.aot import report as report_lib  # noqa: E402
+
+PREDICTIONS = {128: 20, 512: 80}
+
+
+def _load_config(seq: int, batch: int, mesh):
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  spec = importlib.util.spec_from_file_location("bl", os.path.join(root, "configs", "bert_large.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config()
+  c.train.phases = (dict(fraction=1.0, max_seq_length=seq,
+                         max_predictions_per_seq=PREDICTIONS[seq]),)
+  c.train.batch_size = batch
+  if mesh:
+    c.mesh_shape = tuple(mesh)
+  return c
+
+
+def ours(topology: str, seq: int, batch: int, mesh) -> dict:
+  from bert_jax.aot.check import check  # pylint: disable=g-import-not-at-top
+  try:
+    r = check(_load_config(seq, batch, mesh), topology, steps=("train",))
+  except report_lib.DoesNotFitError as e:
+    r = e.report
+  step = r["steps"][0]
+  return {"fits": step["fits"], "hbm": step.get("hbm"), "error": step.get("error", ""),
+          "compile_seconds": step["compile_seconds"]}
+
+
+def theirs(topology: str, seq: int, batch: int, remat: bool) -> dict:
+  from flax.training import common_utils, train_state  # pylint: disable=g-import-not-at-top
+  from transformers import BertConfig, FlaxBertForPreTraining  # pylint: disable=g-import-not-at-top
+  _, devices = chips.topology_devices(topology)
+  mesh = jax.sharding.Mesh(np.asarray(devices), ("data",))
+  cfg = BertConfig(vocab_size=30522, hidden_size=1024, num_hidden_layers=24,
+                   num_attention_heads=16, intermediate_size=4096, max_position_embeddings=512)
+  model = FlaxBertForPreTraining(cfg, input_shape=(1, seq), dtype=jnp.bfloat16, _do_init=False,
+                                 gradient_checkpointing=remat)
+  tx = optax.adamw(optax.linear_schedule(1e-4, 0.0, 1_000_000), b1=0.9, b2=0.999, eps=1e-6,
+                   weight_decay=0.01)
+
+  def create(key):
+    params = model.init_weights(key, (1, seq))
+    return train_state.TrainState.create(apply_fn=model.__call__, params=params, tx=tx)
+
+  rep = NamedSharding(mesh, P())
+  abstract = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=rep),
+                                    jax.eval_shape(create, jax.random.PRNGKey(0)))
+  rows = NamedSharding(mesh, P("data"))
+  ids = jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=rows)
+  batch_sds = dict(input_ids=ids, attention_mask=ids, token_type_ids=ids, labels=ids,
+                   next_sentence_label=jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=rows))
+  key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=rep)
+
+  def train_step(state, b, dropout_rng):
+    dropout_rng, new_rng = jax.random.split(dropout_rng)
+
+    def loss_fn(params):
+      out = state.apply_fn(b["input_ids"], b["attention_mask"], b["token_type_ids"],
+                           params=params, dropout_rng=dropout_rng, train=True)
+      logits = out.prediction_logits                     # [batch, seq, vocab]
+      mask = jnp.where(b["labels"] != -100, 1.0, 0.0)
+      mlm = optax.softmax_cross_entropy(logits, common_utils.onehot(b["labels"], 30522)) * mask
+      nsp = optax.softmax_cross_entropy_with_integer_labels(
+          out.seq_relationship_logits, b["next_sentence_label"]).mean()
+      return mlm.sum() / mask.sum() + nsp
+
+    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    return state.apply_gradients(grads=grads), loss, new_rng
+
+  t0 = time.perf_counter()
+  try:
+    compiled = jax.jit(train_step, donate_argnums=(0,)).lower(abstract, batch_sds, key).compile()
+  except Exception as e:  # pylint: disable=broad-except
+    if "RESOURCE_EXHAUSTED" not in str(e) and "Ran out of memory" not in str(e):
+      raise
+    return {"fits": False, "hbm": None, "error": str(e).splitlines()[0],
+            "compile_seconds": round(time.perf_counter() - t0, 1)}
+  mem = report_lib.memory(compiled)
+  chip, _ = chips.parse_topology(topology)
+  return {"fits": mem["total"] <= chip.hbm_bytes, "hbm": mem, "error": "",
+          "compile_seconds": round(time.perf_counter() - t0, 1)}
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+  p.add_argument("--topology", default="v5e:4x4")
+  p.add_argument("--seq", type=int, choices=sorted(PREDICTIONS), default=512)
+  p.add_argument("--batches", default="64,128,256,512")
+  p.add_argument("--systems", default="ours,theirs,theirs_remat")
+  p.add_argument("--our_mesh", default="", help="e.g. -1,1,1 (default: the config's)")
+  args = p.parse_args(argv)
+  mesh = [int(x) for x in args.our_mesh.split(",")] if args.our_mesh else None
+  largest = {}
+  for system in args.systems.split(","):
+    for batch in [int(b) for b in args.batches.split(",")]:
+      if system == "ours":
+        r = ours(args.topology, args.seq, batch, mesh)
+      else:
+        r = theirs(args.topology, args.seq, batch, remat=system == "theirs_remat")
+      total = r["hbm"]["total"] / 2 ** 30 if r["hbm"] else None
+      print(json.dumps({"system": system, "seq": args.seq, "global_batch": batch,
+                        "topology": args.topology, "fits": r["fits"],
+                        "hbm_total_gib": total, "compile_seconds": r["compile_seconds"],
+                        "error": r["error"][:200]}), flush=True)
+      if r["fits"]:
+        largest[system] = batch
+      else:
+        break  # larger batches will not fit either
+  print(json.dumps({"largest_fitting_global_batch": largest}), flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,63 @@
+"""check(config, topology): compile every step of a config for a topology and report."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Sequence
+
+import ml_collections
+from etils import epath
+
+from bert_jax.aot import chips
+from bert_jax.aot import compile as compile_lib
+from bert_jax.aot import report as report_lib
+
+STEPS = ("train", "eval")
+
+
+def check(config: ml_collections.ConfigDict, topology: str, steps: Sequence[str] = STEPS,
+          output_dir: str = "", config_name: str = "", task=None) -> dict:
+  """Compiles `steps` of every phase of `config` for `topology`; returns the JSON report.
+
+  With output_dir, writes report.json and one HLO text file per compiled step there.
+  Raises DoesNotFitError (after writing the report) when a step does not fit in HBM.
+  """
+  if task is None:
+    from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+    if config.task in registry.TRAINERS:
+      raise ValueError(f"config.task={config.task!r} trains with its own loop "
+                       f"({registry.TRAINERS[config.task][0]}), not the shared steps; "
+                       "the AOT check covers the tasks of registry.TASKS.")
+    task = registry.get_task(config)
+  bad = [s for s in steps if s not in STEPS]
+  if bad:
+    raise ValueError(f"unknown steps {bad}; choose among {STEPS}.")
+  t0 = time.perf_counter()
+  setup = compile_lib.setup(config, topology, task)
+  n = len(setup.mesh.devices.flat)
+  report = {"config": config_name or config.task, "topology": topology, "num_chips": n,
+            "chip": dataclasses.asdict(setup.chip), "mesh": dict(setup.mesh.shape),
+            "remat_policy": task.model_config.remat_policy,
+            "state": report_lib.state_bytes(setup.abstract), "steps": []}
+  out = epath.Path(output_dir) if output_dir else None
+  if out is not None:
+    out.mkdir(parents=True, exist_ok=True)
+  for i, phase in enumerate(compile_lib.phases(config)):
+    for name in steps:
+      step = compile_lib.compile_step(setup, name, phase, int(config.train.batch_size))
+      report["steps"].append(report_lib.step_report(step, task, int(config.train.batch_size),
+                                                    setup.chip, n))
+      if out is not None and step.compiled is not None:
+        (out / f"{name}_phase{i}.hlo.txt").write_text(step.compiled.as_text())
+  report["seconds"] = round(time.perf_counter() - t0, 2)
+  report["fits"] = all(r["fits"] for r in report["steps"])
+  if out is not None:
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+  if not report["fits"]:
+    first = next(r for r in report["steps"] if not r["fits"])
+    err = report_lib.DoesNotFitError(f"{report['config']} on {topology}, mesh "
+                                     f"{report['mesh']}: {first['error']}")
+    err.report = report
+    raise err
+  return report

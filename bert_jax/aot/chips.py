@@ -1,0 +1,69 @@
+"""TPU chips by generation (datasheet figures) and compile-only topologies from libtpu.
+
+Per chip, from Google Cloud's TPU system-architecture pages (checked 2026-11):
+  v4   https://cloud.google.com/tpu/docs/v4   275 TFLOP/s bf16, 32 GiB HBM2,  1200 GB/s
+  v5e  https://cloud.google.com/tpu/docs/v5e  197 TFLOP/s bf16, 16 GiB HBM2e,  819 GB/s
+  v5p  https://cloud.google.com/tpu/docs/v5p  459 TFLOP/s bf16, 95 GiB HBM2e, 2765 GB/s
+  v6e  https://cloud.google.com/tpu/docs/v6e  918 TFLOP/s bf16, 32 GiB HBM,   1640 GB/s
+v4 and v5p chips have two TensorCores run as one "megacore" device (their default), so
+one device of a topology is one chip for every generation listed here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+GiB = 2 ** 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  name: str
+  hbm_bytes: int               # capacity per chip
+  peak_bf16_flops: float       # FLOP/s per chip
+  hbm_bytes_per_sec: float     # bandwidth per chip
+
+
+CHIPS = {
+    "v4": Chip("v4", 32 * GiB, 275e12, 1200e9),
+    "v5e": Chip("v5e", 16 * GiB, 197e12, 819e9),
+    "v5p": Chip("v5p", 95 * GiB, 459e12, 2765e9),
+    "v6e": Chip("v6e", 32 * GiB, 918e12, 1640e9),
+}
+
+# Pod-slice names ("v5e-256", "v5p-128") -> topologies. v4/v5p slice names count
+# TensorCores (two per chip), v5e/v6e names count chips.
+_SLICES = {
+    "v5e-16": "v5e:4x4", "v5e-64": "v5e:8x8", "v5e-256": "v5e:16x16",
+    "v6e-16": "v6e:4x4", "v6e-256": "v6e:16x16",
+    "v5p-8": "v5p:2x2x1", "v5p-32": "v5p:2x2x4", "v5p-128": "v5p:4x4x4",
+    "v4-8": "v4:2x2x1", "v4-32": "v4:2x2x4", "v4-128": "v4:4x4x4",
+}
+
+
+def parse_topology(name: str) -> tuple[Chip, str]:
+  """'v5e:2x2' or a slice name 'v5e-256' -> (chip, libtpu topology name)."""
+  topology = _SLICES.get(name, name)
+  m = re.fullmatch(r"(v4|v5e|v5p|v6e):(\d+(?:x\d+){1,2})", topology)
+  if not m:
+    raise ValueError(f"topology {name!r}: expected GEN:AxB[xC] with GEN in {sorted(CHIPS)} "
+                     f"(e.g. v5e:4x4, v5p:4x4x4) or one of {sorted(_SLICES)}.")
+  return CHIPS[m.group(1)], topology
+
+
+def num_chips(topology: str) -> int:
+  return math.prod(int(x) for x in parse_topology(topology)[1].split(":")[1].split("x"))
+
+
+def topology_devices(name: str):
+  """(chip, compile-only devices of the slice): needs the libtpu wheel, not a TPU."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  chip, topology = parse_topology(name)
+  kwargs = {"chip_config_name": "megacore"} if chip.name == "v4" else {}
+  try:
+    desc = topologies.get_topology_desc(topology_name=topology, platform="tpu", **kwargs)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f"cannot describe TPU topology {topology!r} (is the libtpu wheel "
+                     f"installed?): {str(e).splitlines()[0]}") from e
+  return chip, list(desc.devices)

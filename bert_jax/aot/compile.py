@@ -1,0 +1,91 @@
+"""Lowers and compiles a config's train and eval steps for a TPU topology (no TPU needed).
+
+The state, its shardings and the jitted steps come from train/loop.py's own functions
+(`abstract_state`, `jit_steps`), and the batch from the task's dummy batch with the
+loop's batch sharding, so what compiles here is what a pod would run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import ml_collections
+
+from bert_jax import parallel
+from bert_jax.aot import chips
+from bert_jax.train import loop, optim
+
+
+@dataclasses.dataclass
+class CompiledStep:
+  name: str                    # "train" | "eval"
+  phase: dict                  # the config.train.phases entry ({} without phases)
+  compiled: Any                # jax.stages.Compiled (None when it did not fit)
+  seconds: float               # lower + compile wall time
+  error: str = ""              # the compiler's out-of-memory message, when it failed
+
+
+@dataclasses.dataclass
+class Setup:
+  chip: chips.Chip
+  mesh: Any
+  task: Any
+  abstract: Any                # the TrainState of ShapeDtypeStructs with shardings
+  state_sh: Any
+  p_train: Any
+  p_eval: Any
+
+
+def abstract_batch(task, mesh, batch_size: int, phase: dict) -> dict:
+  """The task's dummy batch as global ShapeDtypeStructs, rows over the data axes."""
+  dummy = task.dummy_batch(batch_size, **task.phase_shapes(phase))
+  return {k: jax.ShapeDtypeStruct(v.shape, v.dtype,
+                                  sharding=parallel.batch_sharding(mesh, v.ndim))
+          for k, v in dummy.items()}
+
+
+def phases(config: ml_collections.ConfigDict) -> list[dict]:
+  return [dict(p) for p in config.train.get("phases") or ()] or [{}]
+
+
+def setup(config: ml_collections.ConfigDict, topology: str, task) -> Setup:
+  """Mesh over the topology's devices, the abstract sharded state and the jitted steps."""
+  chip, devices = chips.topology_devices(topology)
+  mesh = parallel.create_mesh(tuple(config.mesh_shape), devices=devices)
+  tc = config.train
+  if tc.batch_size % parallel.data_parallel_size(mesh):
+    raise ValueError(f"train.batch_size={tc.batch_size} must divide over the "
+                     f"{parallel.data_parallel_size(mesh)} data-parallel devices of "
+                     f"mesh {dict(mesh.shape)}.")
+  # The schedule's length only changes constants inside the step, not its shapes.
+  tx, schedule = optim.make_optimizer(tc, max(int(tc.get("num_steps") or 0), 1))
+  dummy = task.dummy_batch(tc.batch_size, **task.phase_shapes(phases(config)[0]))
+  with mesh:
+    _, _, state_sh, abstract = loop.abstract_state(task, tx, mesh, dummy, config.seed)
+  p_train, p_eval = loop.jit_steps(task, tx, schedule, tc, state_sh)
+  return Setup(chip, mesh, task, abstract, state_sh, p_train, p_eval)
+
+
+def is_out_of_memory(e: Exception) -> bool:
+  text = str(e)
+  return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
+
+
+def compile_step(s: Setup, name: str, phase: dict, batch_size: int) -> CompiledStep:
+  """Compiles one step; an out-of-memory compile returns the compiler's message instead."""
+  batch = abstract_batch(s.task, s.mesh, batch_size, phase)
+  t0 = time.perf_counter()
+  try:
+    with s.mesh:
+      if name == "train":
+        lowered = s.p_train.lower(s.abstract, batch)
+      else:
+        lowered = s.p_eval.lower(s.abstract.params, batch)
+      compiled = lowered.compile()
+  except Exception as e:  # pylint: disable=broad-except
+    if not is_out_of_memory(e):
+      raise
+    return CompiledStep(name, phase, None, time.perf_counter() - t0, str(e))
+  return CompiledStep(name, phase, compiled, time.perf_counter() - t0)

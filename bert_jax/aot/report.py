@@ -1,0 +1,149 @@
+"""The per-chip report of compiled steps: HBM against capacity, state bytes, model FLOPs,
+the roofline lower bound of the step time, and the collectives per step.
+
+FLOPs come from the task's own accounting (`flops_per_example`: 3x the forward pass),
+not from `compiled.cost_analysis()`, which counts a scanned layer stack's body once.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import jax
+import numpy as np
+
+from bert_jax.aot import hlo
+from bert_jax.aot.chips import GiB
+
+_TERMS = ("arguments", "temporaries", "outputs", "program")
+
+
+class DoesNotFitError(ValueError):
+  """A step needs more HBM per chip than the chip has."""
+
+
+def state_bytes(abstract_state) -> dict:
+  """Per-chip and global bytes of params and optimizer state under their shardings."""
+  def per_chip(tree):
+    return int(sum(math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
+                   for x in jax.tree_util.tree_leaves(tree)))
+
+  def total(tree):
+    return int(sum(x.size * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)))
+
+  return {"params_per_chip": per_chip(abstract_state.params),
+          "opt_state_per_chip": per_chip(abstract_state.opt_state),
+          "params_total": total(abstract_state.params),
+          "opt_state_total": total(abstract_state.opt_state),
+          "num_params": int(sum(x.size for x in jax.tree_util.tree_leaves(abstract_state.params)))}
+
+
+def memory(compiled) -> dict:
+  """Per-chip HBM of a compiled step; donated arguments are counted once (aliases)."""
+  m = compiled.memory_analysis()
+  out = {"arguments": int(m.argument_size_in_bytes), "temporaries": int(m.temp_size_in_bytes),
+         "outputs": int(m.output_size_in_bytes), "aliased": int(m.alias_size_in_bytes),
+         "program": int(m.generated_code_size_in_bytes)}
+  out["total"] = (out["arguments"] + out["temporaries"] + out["outputs"] - out["aliased"]
+                  + out["program"])
+  return out
+
+
+def _oom_terms(message: str) -> dict:
+  """Sizes the TPU compiler names in its out-of-memory message, e.g. '... HLO temporaries
+  (50.25G) exceeds available HBM (15.75G)', as {term: bytes}."""
+  units = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": GiB, "T": 2 ** 40}
+  terms = {}
+  for name, value, unit in re.findall(
+      r"(temporaries|arguments|outputs|program|available HBM)[^()\d]*\(([\d.]+)([KMGT]?)i?B?\)",
+      message):
+    terms[name] = float(value) * units[unit]
+  return terms
+
+
+def no_fit_message(step_name: str, capacity: int, mem: dict | None, oom: str) -> str:
+  """One line: which step, how much it needs against the chip, and the dominant term."""
+  if mem is not None:
+    terms = {k: mem[k] - (mem["aliased"] if k == "outputs" else 0) for k in _TERMS}
+    need = mem["total"]
+  else:
+    terms = {k: v for k, v in _oom_terms(oom).items() if k in _TERMS}
+    need = sum(terms.values())
+  if not terms:
+    return f"{step_name} step does not fit in HBM ({capacity / GiB:.1f} GiB per chip): {oom.splitlines()[0]}"
+  dominant = max(terms, key=terms.get)
+  return (f"{step_name} step does not fit: needs >= {need / GiB:.2f} GiB per chip of "
+          f"{capacity / GiB:.1f} GiB; dominant term: {dominant} {terms[dominant] / GiB:.2f} GiB"
+          + (" (activations: lower train.batch_size, raise grad_accum_steps or use a "
+             "stronger model.remat_policy)" if dominant == "temporaries" else
+             " (state: shard it over more chips with mesh_shape's fsdp axis)"
+             if dominant == "arguments" else ""))
+
+
+def roofline(flops_per_chip: float, hbm_bytes: float, chip) -> dict:
+  """Lower bound of the step time: the larger of compute at peak and one pass over the
+  step's arguments and outputs at full HBM bandwidth (communication not included)."""
+  compute = flops_per_chip / chip.peak_bf16_flops
+  hbm = hbm_bytes / chip.hbm_bytes_per_sec
+  return {"compute_seconds": compute, "hbm_seconds": hbm, "step_seconds": max(compute, hbm),
+          "bound": "compute" if compute >= hbm else "memory"}
+
+
+def step_report(step, task, batch_size: int, chip, num_chips: int) -> dict:
+  """The report of one CompiledStep (bert_jax/aot/compile.py)."""
+  shapes = task.phase_shapes(step.phase)
+  flops = batch_size * task.flops_per_example(shapes["seq_len"], shapes["num_predictions"])
+  if step.name == "eval":
+    flops /= 3.0   # flops_per_example counts training (3x forward); eval runs the forward
+  r = {"step": step.name, "phase": step.phase, "seq_len": shapes["seq_len"],
+       "global_batch": batch_size, "compile_seconds": round(step.seconds, 2),
+       "model_flops_per_step": flops, "model_flops_per_chip": flops / num_chips}
+  if step.compiled is None:
+    r.update(fits=False, error=no_fit_message(step.name, chip.hbm_bytes, None, step.error))
+    return r
+  mem = memory(step.compiled)
+  r["hbm"] = mem
+  r["fits"] = mem["total"] <= chip.hbm_bytes
+  if not r["fits"]:
+    r["error"] = no_fit_message(step.name, chip.hbm_bytes, mem, "")
+  # Every argument is read and every output written at least once per step.
+  r["roofline"] = roofline(flops / num_chips, mem["arguments"] + mem["outputs"], chip)
+  r["collectives"] = hlo.collectives(step.compiled.as_text())
+  return r
+
+
+def _gib(x: float) -> str:
+  return f"{x / GiB:.2f} GiB" if x >= GiB / 10 else f"{x / 2 ** 20:.1f} MiB"
+
+
+def format_report(report: dict) -> str:
+  """Human-readable lines of a full report (bert_jax/aot/__main__.py builds it)."""
+  chip = report["chip"]
+  lines = [f"{report['config']} on {report['topology']} ({report['num_chips']} x {chip['name']}, "
+           f"{_gib(chip['hbm_bytes'])} HBM, {chip['peak_bf16_flops'] / 1e12:.0f} TFLOP/s bf16, "
+           f"{chip['hbm_bytes_per_sec'] / 1e9:.0f} GB/s) | mesh {report['mesh']}",
+           f"params {report['state']['num_params'] / 1e6:.1f}M: "
+           f"{_gib(report['state']['params_per_chip'])} per chip; optimizer state "
+           f"{_gib(report['state']['opt_state_per_chip'])} per chip"]
+  for r in report["steps"]:
+    head = f"{r['step']} step, seq {r['seq_len']}, global batch {r['global_batch']}: "
+    if "hbm" not in r:
+      lines.append(head + "DOES NOT FIT: " + r["error"])
+      continue
+    m = r["hbm"]
+    lines.append(head + f"compiled in {r['compile_seconds']:.1f} s")
+    lines.append(f"  HBM per chip: arguments {_gib(m['arguments'])}, temporaries "
+                 f"{_gib(m['temporaries'])}, outputs {_gib(m['outputs'])} "
+                 f"({_gib(m['aliased'])} aliased to arguments), program {_gib(m['program'])} "
+                 f"-> total {_gib(m['total'])} of {_gib(chip['hbm_bytes'])} "
+                 f"({100 * m['total'] / chip['hbm_bytes']:.0f}%)"
+                 + ("" if r["fits"] else "  DOES NOT FIT: " + r["error"]))
+    rf = r["roofline"]
+    lines.append(f"  model FLOPs {r['model_flops_per_step']:.3e} per step "
+                 f"({r['model_flops_per_chip']:.3e} per chip); roofline >= "
+                 f"{rf['step_seconds'] * 1e3:.2f} ms ({rf['bound']}-bound: compute "
+                 f"{rf['compute_seconds'] * 1e3:.2f} ms, HBM {rf['hbm_seconds'] * 1e3:.2f} ms)")
+    coll = ", ".join(f"{k} {v['count']} x / {v['bytes'] / 2 ** 20:.1f} MiB"
+                     for k, v in r["collectives"].items() if v["count"])
+    lines.append(f"  collectives per step: {coll or 'none'}")
+  return "\n".join(lines)

@@ -1,0 +1,143 @@
+"""AOT compilation for TPU topologies (libtpu, no TPU): bert_tiny's real train step.
+
+Each (topology, mesh) is compiled once per module (the TPU compiler is the slow part)
+and shared by the tests that read it.
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from bert_jax import parallel
+from bert_jax.aot import chips, hlo, report as report_lib
+from bert_jax.aot import compile as compile_lib
+from bert_jax.aot.check import check
+
+pytest.importorskip("libtpu")
+ROOT = os.path.join(os.path.dirname(__file__), "..")
+CASES = [("v5e:2x2", (4, 1, 1)), ("v5e:2x2", (1, 4, 1)), ("v5e:2x2", (2, 1, 2)),
+         ("v4:2x2x1", (4, 1, 1))]
+_CACHE = {}
+
+
+def _config(mesh, batch_size=32):
+  spec = importlib.util.spec_from_file_location("bert_tiny", os.path.join(ROOT, "configs",
+                                                                          "bert_tiny.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config()
+  c.model.scan_layers = True  # as the pretraining configs run; ~30% less TPU compile time
+  c.mesh_shape = mesh
+  c.train.batch_size = batch_size
+  return c
+
+
+def _compiled(topology, mesh):
+  """(setup, CompiledStep) of bert_tiny's train step, compiled once per module."""
+  if (topology, mesh) not in _CACHE:
+    from bert_jax.tasks import registry
+    config = _config(mesh)
+    setup = compile_lib.setup(config, topology, registry.get_task(config))
+    _CACHE[topology, mesh] = setup, compile_lib.compile_step(setup, "train", {}, 32)
+  return _CACHE[topology, mesh]
+
+
+@pytest.mark.parametrize("topology,mesh", CASES)
+def test_train_step_compiles_and_reports(topology, mesh):
+  setup, step = _compiled(topology, mesh)
+  assert step.compiled is not None and not step.error
+  chip, _ = chips.parse_topology(topology)
+  r = report_lib.step_report(step, setup.task, 32, chip, 4)
+  assert r["fits"]
+  m = r["hbm"]
+  assert m["total"] == m["arguments"] + m["temporaries"] + m["outputs"] - m["aliased"] + m["program"]
+  # The state is donated: every state output aliases its argument.
+  assert m["aliased"] >= report_lib.state_bytes(setup.abstract)["params_per_chip"]
+  # Model FLOPs: 6 N per token for the encoder weights (Kaplan et al. 2020) is a lower bound.
+  cfg = setup.task.model_config
+  n_layer_params = cfg.num_layers * 12 * cfg.hidden_size ** 2
+  assert r["model_flops_per_step"] > 6 * n_layer_params * 32 * 128
+  # Gradients must be reduced across the data-parallel replicas (all-reduce or
+  # reduce-scatter); a pure tensor-parallel axis alone would not need it.
+  coll = r["collectives"]
+  assert coll["all-reduce"]["count"] + coll["reduce-scatter"]["count"] > 0
+  if mesh[1] > 1:  # FSDP gathers the sharded weights before using them
+    assert coll["all-gather"]["count"] > 0
+
+
+@pytest.mark.parametrize("topology,mesh", CASES[1:3])
+def test_compiled_parameter_shardings_follow_the_rules_table(topology, mesh):
+  setup, step = _compiled(topology, mesh)
+  compiled_params = step.compiled.input_shardings[0][0].params
+  boxed = jax.eval_shape(lambda k: setup.task.init(k, setup.task.dummy_batch(32, 128, 20)),
+                         jax.random.key(0))["params"]
+  names = nn.get_partition_spec(boxed)
+  rules = dict(parallel.LOGICAL_RULES)
+  mesh_sizes = dict(zip(parallel.MESH_AXES, mesh))
+  flat_names = jax.tree_util.tree_leaves_with_path(names, is_leaf=lambda x: isinstance(x, P))
+  flat_compiled = dict(jax.tree_util.tree_leaves_with_path(compiled_params))
+  shapes = dict(jax.tree_util.tree_leaves_with_path(nn.unbox(boxed)))
+  sharded = 0
+  for path, spec in flat_names:
+    shape = shapes[path].shape
+    # Expected shard shape: each dim divided by the mesh size its logical name maps to.
+    want = tuple(d // (mesh_sizes[rules[name]] if rules.get(name) else 1)
+                 for d, name in zip(shape, tuple(spec) + (None,) * len(shape)))
+    got = flat_compiled[path].shard_shape(shape)
+    assert got == want, (jax.tree_util.keystr(path), spec, got, want)
+    sharded += got != shape
+  assert sharded > 10  # the check covers real sharding, not only replicated leaves
+
+
+def test_fsdp_cuts_per_chip_argument_bytes():
+  _, dp = _compiled("v5e:2x2", (4, 1, 1))
+  _, fsdp = _compiled("v5e:2x2", (1, 4, 1))
+  dp_args = report_lib.memory(dp.compiled)["arguments"]
+  fsdp_args = report_lib.memory(fsdp.compiled)["arguments"]
+  assert fsdp_args <= 0.3 * dp_args, (fsdp_args, dp_args)
+
+
+def test_a_config_that_cannot_fit_fails_naming_the_dominant_term(tmp_path):
+  # bert_tiny at 131072 rows of 128 tokens: its activations alone need ~50 GiB per chip.
+  with pytest.raises(report_lib.DoesNotFitError,
+                     match=r"train step does not fit: needs >= [\d.]+ GiB per chip of 16\.0 "
+                           r"GiB; dominant term: temporaries") as e:
+    check(_config((4, 1, 1), batch_size=131072), "v5e:2x2", steps=("train",),
+          output_dir=str(tmp_path), config_name="bert_tiny")
+  assert (tmp_path / "report.json").exists() and e.value.report["fits"] is False
+
+
+def test_collectives_inside_a_loop_count_once_per_iteration():
+  # A psum inside a 5-trip fori_loop over 8 devices: 5 all-reduces of f32[16] per call.
+  mesh = jax.make_mesh((8,), ("d",), devices=jax.devices()[:8])
+
+  def body(x):
+    return jax.lax.fori_loop(0, 5, lambda i, y: jax.lax.psum(y, "d") * 0.5, x)
+
+  f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d"),
+                            check_vma=False))
+  x = jax.ShapeDtypeStruct((8 * 16,), jnp.float32, sharding=NamedSharding(mesh, P("d")))
+  text = f.lower(x).compile().as_text()
+  got = hlo.collectives(text)["all-reduce"]
+  assert got == {"count": 5, "bytes": 5 * 16 * 4}
+
+
+def test_hlo_shape_bytes():
+  assert hlo.shape_bytes("f32[8192,128]{1,0:T(8,128)S(1)}") == 8192 * 128 * 4
+  assert hlo.shape_bytes("(bf16[4,4]{1,0}, f32[]{:T(128)}, s8[3])") == 32 + 4 + 3
+
+
+def test_topologies_and_cli_errors():
+  assert chips.num_chips("v5e:4x4") == 16 and chips.num_chips("v5p-128") == 64
+  assert chips.parse_topology("v5e-256")[0].hbm_bytes == 16 * 2 ** 30
+  with pytest.raises(ValueError, match="topology 'v9:2x2'"):
+    chips.parse_topology("v9:2x2")
+  out = subprocess.run([sys.executable, "-m", "bert_jax.aot", "--config", "configs/bert_tiny.py",
+                        "--topology", "tpu-2x2"], cwd=ROOT, capture_output=True, text=True)
+  assert out.returncode == 2 and "error: topology 'tpu-2x2'" in out.stderr
