@@ -136,7 +136,7 @@ def _process_shard(shard_index, shard_count) -> tuple[int, int]:
   return shard_index, shard_count
 
 
-def _iterate(cfg, ds, num_workers: Optional[int]):
+def iterate(cfg, ds, num_workers: Optional[int]):
   it = ds.to_iter_dataset(grain.ReadOptions(num_threads=cfg.read_threads,
                                             prefetch_buffer_size=cfg.prefetch_batches))
   workers = cfg.num_workers if num_workers is None else num_workers
@@ -173,7 +173,7 @@ def make_train_iterator(cfg, prepared: PreparedData, batch_size_per_process: int
   ds = ds.map(sampling.TrainKeys(n, batch_size_per_process, shard_index, shard_count, seed))
   ds = ds.map(BatchMaker(source, make_masker(cfg, prepared, seed), cfg.max_seq_length,
                          prepared.special.pad, cfg.mode == "nsp"))
-  return _iterate(cfg, ds, num_workers)
+  return iterate(cfg, ds, num_workers)
 
 
 def make_eval_iterator(cfg, prepared: PreparedData, batch_size_per_process: int,
@@ -199,4 +199,4 @@ def make_eval_iterator(cfg, prepared: PreparedData, batch_size_per_process: int,
   ds = ds.map(sampling.EvalKeys(indices, batch_size_per_process))
   ds = ds.map(BatchMaker(source, make_masker(cfg, prepared, seed), cfg.max_seq_length,
                          prepared.special.pad, cfg.mode == "nsp"))
-  return _iterate(cfg, ds, num_workers)
+  return iterate(cfg, ds, num_workers)

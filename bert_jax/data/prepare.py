@@ -28,7 +28,7 @@ from bert_jax.data import tokenizer as tokenizer_lib
 _FORMAT = "1"  # bump when the prepared layout changes: old dirs are then not reused
 
 
-def _hash(obj) -> str:
+def content_hash(obj) -> str:
   return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -75,7 +75,7 @@ def _check_config(cfg) -> None:
     raise ValueError(f"max_seq_length={cfg.max_seq_length} is too short for BERT instances.")
 
 
-def _corpus_key(cfg) -> dict:
+def corpus_key(cfg) -> dict:
   key = {"format": _FORMAT, "corpus": cfg.corpus, "validation_fraction": cfg.validation_fraction,
          "max_line_chars": cfg.max_line_chars}
   if cfg.corpus == "text":  # files identified by path, size and mtime
@@ -122,7 +122,7 @@ def _build(make_builder, root: str, splits):
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def _prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
+def prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
   stats_path = os.path.join(root, "corpus_stats.json")
   if os.path.exists(stats_path):
     with open(stats_path) as f:
@@ -159,7 +159,7 @@ def _prepare_vocab(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> 
   if cfg.vocab_path:
     tokenizer_lib.load_tokenizer(cfg.vocab_path, cfg.lowercase)  # fail early: missing specials
     return os.path.expanduser(cfg.vocab_path)
-  path = os.path.join(data_dir, "vocab-" + _hash([corpus_hash, cfg.vocab_size, cfg.lowercase]),
+  path = os.path.join(data_dir, "vocab-" + content_hash([corpus_hash, cfg.vocab_size, cfg.lowercase]),
                       "vocab.txt")
   if not os.path.exists(path):
     source = tfds.builder_from_directory(documents_dir).as_data_source(split="train")
@@ -178,8 +178,8 @@ def prepare(cfg, verbose: bool = True) -> PreparedData:
   """
   _check_config(cfg)
   data_dir = os.path.expanduser(cfg.data_dir)
-  corpus_hash = _hash(_corpus_key(cfg))
-  documents_dir, corpus_stats, t_docs = _prepare_documents(
+  corpus_hash = content_hash(corpus_key(cfg))
+  documents_dir, corpus_stats, t_docs = prepare_documents(
       cfg, os.path.join(data_dir, "documents-" + corpus_hash))
   start = time.time()
   vocab_path = _prepare_vocab(cfg, data_dir, corpus_hash, documents_dir)
@@ -192,7 +192,7 @@ def prepare(cfg, verbose: bool = True) -> PreparedData:
       mode=cfg.mode, max_seq_length=cfg.max_seq_length, short_seq_prob=cfg.short_seq_prob,
       dupe_factor=cfg.dupe_factor, pack_across_documents=cfg.pack_across_documents,
       seed=cfg.seed)
-  root = os.path.join(data_dir, f"{cfg.mode}-" + _hash(
+  root = os.path.join(data_dir, f"{cfg.mode}-" + content_hash(
       [corpus_hash, _vocab_digest(vocab_path), lowercase, cfg.shard_documents,
        dataclasses.asdict(settings)]))
   done = os.path.join(root, "prepared.json")

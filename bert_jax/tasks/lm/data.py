@@ -20,7 +20,7 @@ byte string: one character of its alphabet per byte); the separator counts as 1 
 the newline that separates documents in a raw text file. bits/byte = Σ NLL / ln 2 / Σ bytes.
 
 Documents come from the BERT pipeline's builders (embedded gensim corpus, text files,
-tfds by name), held-out documents by a hash of their text (data/loader.py).
+tfds by name), held-out documents by a hash of their text (data/prepare.py).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import grain
 import numpy as np
 import tensorflow_datasets as tfds
 
-from bert_jax.data import loader
+from bert_jax.data import loader, prepare, sampling
 from bert_jax.interop import gpt2
 
 EOT = gpt2.EOT
@@ -67,7 +67,7 @@ def train_bpe(texts, vocab_size: int):
   bpe = ByteLevelBPETokenizer(add_prefix_space=False)
   bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2,
                           special_tokens=[EOT], show_progress=False)
-  return bpe._tokenizer  # pylint: disable=protected-access  # the plain tokenizers.Tokenizer
+  return bpe._tokenizer  # the plain tokenizers.Tokenizer
 
 
 def token_byte_lengths(tok) -> np.ndarray:
@@ -102,12 +102,12 @@ def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> str:
     gpt2.load_gpt2_tokenizer(path)  # fail early, with a clear message
     if os.path.isdir(path) and not os.path.exists(os.path.join(path, "tokenizer.json")):
       # vocab.json + merges.txt: store the assembled tokenizer.json beside the streams.
-      out = os.path.join(data_dir, "bpe-" + loader._hash([corpus_hash, path]), "tokenizer.json")  # pylint: disable=protected-access
+      out = os.path.join(data_dir, "bpe-" + prepare.content_hash([corpus_hash, path]), "tokenizer.json")
       os.makedirs(os.path.dirname(out), exist_ok=True)
       gpt2.load_gpt2_tokenizer(path).save(out)
       return out
     return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-  path = os.path.join(data_dir, "bpe-" + loader._hash([corpus_hash, cfg.vocab_size]),  # pylint: disable=protected-access
+  path = os.path.join(data_dir, "bpe-" + prepare.content_hash([corpus_hash, cfg.vocab_size]),
                       "tokenizer.json")
   if not os.path.exists(path):
     tok = train_bpe(_texts(_documents_source(documents_dir, "train")), cfg.vocab_size)
@@ -146,8 +146,8 @@ def prepare(cfg, verbose: bool = True) -> LmData:
   """Builds (or reuses) documents, the BPE and the token streams of `cfg` (config.data)."""
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   data_dir = os.path.expanduser(cfg.data_dir)
-  corpus_hash = loader._hash(loader._corpus_key(cfg))  # pylint: disable=protected-access
-  documents_dir, _, _ = loader._prepare_documents(  # pylint: disable=protected-access
+  corpus_hash = prepare.content_hash(prepare.corpus_key(cfg))
+  documents_dir, _, _ = prepare.prepare_documents(
       cfg, os.path.join(data_dir, "documents-" + corpus_hash))
   tokenizer_path = _tokenizer(cfg, data_dir, corpus_hash, documents_dir)
   tok = Tokenizer.from_file(tokenizer_path)
@@ -155,8 +155,8 @@ def prepare(cfg, verbose: bool = True) -> LmData:
   if eot_id is None:
     raise ValueError(f"{tokenizer_path} has no {EOT} token (the document separator).")
   with open(tokenizer_path, "rb") as f:
-    tok_digest = loader._hash(f.read().decode("utf-8", "replace"))  # pylint: disable=protected-access
-  root = os.path.join(data_dir, "lm-" + loader._hash([_FORMAT, corpus_hash, tok_digest]))  # pylint: disable=protected-access
+    tok_digest = prepare.content_hash(f.read().decode("utf-8", "replace"))
+  root = os.path.join(data_dir, "lm-" + prepare.content_hash([_FORMAT, corpus_hash, tok_digest]))
   done = os.path.join(root, "prepared.json")
   if not os.path.exists(done):
     splits = [s for s in SPLITS if s in tfds.builder_from_directory(documents_dir).info.splits]
@@ -221,10 +221,6 @@ class RowMaker:
             "target_bytes": (self.token_bytes[targets] * weights).astype(np.float32)}
 
 
-def _iterate(cfg, ds):
-  return loader._iterate(cfg, ds, None)  # pylint: disable=protected-access
-
-
 def train_iterator(cfg, data: LmData, batch_size: int, shard_index: int, shard_count: int,
                    seed: int, seq_len: int) -> grain.DatasetIterator:
   """Endless, checkpointable: a fresh global shuffle of the full rows every epoch."""
@@ -234,9 +230,9 @@ def train_iterator(cfg, data: LmData, batch_size: int, shard_index: int, shard_c
     raise ValueError(f"the train stream ({len(tokens)} tokens) has {n} rows of {seq_len}: "
                      f"too few for one batch of {batch_size} on {shard_count} processes.")
   ds = grain.MapDataset.range(sys.maxsize)
-  ds = ds.map(loader.TrainKeys(n, batch_size, shard_index, shard_count, seed))
+  ds = ds.map(sampling.TrainKeys(n, batch_size, shard_index, shard_count, seed))
   ds = ds.map(RowMaker(tokens, data.starts("train"), data.token_bytes(), seq_len, data.eot_id))
-  return _iterate(cfg, ds)
+  return loader.iterate(cfg, ds, None)
 
 
 def eval_iterator(cfg, data: LmData, batch_size: int, shard_index: int, shard_count: int,
@@ -246,9 +242,9 @@ def eval_iterator(cfg, data: LmData, batch_size: int, shard_index: int, shard_co
     raise ValueError(f"No {split} documents in {data.streams_dir}: the corpus is too small "
                      "for its validation_fraction, or the fraction is 0.")
   tokens = data.tokens(split)
-  indices = loader.eval_shard_indices(num_rows(len(tokens), seq_len, full_only=False),
+  indices = sampling.eval_shard_indices(num_rows(len(tokens), seq_len, full_only=False),
                                       batch_size, shard_index, shard_count)
   ds = grain.MapDataset.range(len(indices) // batch_size)
-  ds = ds.map(loader.EvalKeys(indices, batch_size))
+  ds = ds.map(sampling.EvalKeys(indices, batch_size))
   ds = ds.map(RowMaker(tokens, data.starts(split), data.token_bytes(), seq_len, data.eot_id))
-  return _iterate(cfg, ds)
+  return loader.iterate(cfg, ds, None)

@@ -14,17 +14,8 @@ import ml_collections
 import numpy as np
 
 from bert_jax.models.gpt import GPT
-from bert_jax.models.variants import get_model_config
 from bert_jax.train import losses
-
-
-def model_config_from(config: ml_collections.ConfigDict):
-  """TransformerConfig of `config.model`: a named variant plus field overrides."""
-  overrides = {k: v for k, v in config.model.items() if k != "variant"}
-  for name in ("head_dim", "mlp_dim"):  # 0 in a config means "derive from hidden_size"
-    if overrides.get(name) == 0:
-      overrides[name] = None
-  return get_model_config(config.model.variant, **overrides)
+from bert_jax.train.defaults import transformer_config
 
 
 class LmTask:
@@ -39,7 +30,7 @@ class LmTask:
     self.config = config
     self.tokenizer_dir = None  # set by prepare(): the directory of tokenizer.json
     self.data = None
-    self.model_config = model_config_from(config)
+    self.model_config = transformer_config(config)
     self.model = GPT(self.model_config)
     self.eval_model = GPT(self.model_config.replace(deterministic=True))
 

@@ -19,7 +19,7 @@ import grain
 import numpy as np
 import tokenizers
 
-from bert_jax.data import loader
+from bert_jax.data import sampling
 from bert_jax.tasks.skiplog import SkipLog
 from bert_jax.tasks.translation import data
 
@@ -77,15 +77,15 @@ class _Batch:
 def train_batches(source, batch_size: int, shard_index: int, shard_count: int, seed: int):
   """Endless checkpointable iterator: a fresh permutation of `source` every epoch."""
   ds = grain.MapDataset.range(sys.maxsize)
-  ds = ds.map(loader.TrainKeys(len(source), batch_size, shard_index, shard_count, seed))
+  ds = ds.map(sampling.TrainKeys(len(source), batch_size, shard_index, shard_count, seed))
   return iter(ds.map(_Batch(source)).to_iter_dataset())
 
 
 def eval_batches(source, batch_size: int, shard_index: int, shard_count: int):
   """Every row of this shard's part of `source` once, padding rows flagged."""
-  indices = loader.eval_shard_indices(len(source), batch_size, shard_index, shard_count)
+  indices = sampling.eval_shard_indices(len(source), batch_size, shard_index, shard_count)
   ds = grain.MapDataset.range(len(indices) // batch_size)
-  ds = ds.map(loader.EvalKeys(indices, batch_size))
+  ds = ds.map(sampling.EvalKeys(indices, batch_size))
   return iter(ds.map(_Batch(source)).to_iter_dataset())
 
 

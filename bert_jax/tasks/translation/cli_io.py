@@ -20,18 +20,7 @@ from bert_jax.tasks.translation import data
 def read_lines(path: str, log: SkipLog) -> list[str]:
   """Lines of `path` ("-": stdin) as str, invalid UTF-8 replaced and counted."""
   if path == "-":
-    raw = sys.stdin.buffer.read().split(b"\n")
-    if raw and raw[-1] == b"":
-      raw.pop()
-    lines = []
-    for i, line in enumerate(raw, 1):
-      line = line.removesuffix(b"\r")
-      try:
-        lines.append(line.decode("utf-8"))
-      except UnicodeDecodeError:
-        log.note("non_utf8_replaced", f"<stdin>:{i}")
-        lines.append(line.decode("utf-8", errors="replace"))
-    return lines
+    return data.decode_lines(sys.stdin.buffer.read(), "<stdin>", log)
   if not os.path.isfile(path):
     raise FileNotFoundError(f"--input {path} does not exist.")
   return data._lines(path, log)  # pylint: disable=protected-access

@@ -78,23 +78,28 @@ def numbers_pairs(split: str, limit: int, seed: int = 0) -> tuple[list[Pair], Sk
 
 
 # ------------------------------------------------------------------------- files
-def _lines(path: str, log: SkipLog) -> list[str]:
-  """Lines of a text file without their newline; invalid UTF-8 replaced (and counted)."""
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"translation data file {path} does not exist.")
-  with open(path, "rb") as f:
-    raw = f.read().split(b"\n")
-  if raw and raw[-1] == b"":
-    raw.pop()
+def decode_lines(raw: bytes, name: str, log: SkipLog) -> list[str]:
+  """Lines of `raw` without their newline; invalid UTF-8 replaced (and counted as name:line)."""
+  lines = raw.split(b"\n")
+  if lines and lines[-1] == b"":
+    lines.pop()
   out = []
-  for i, line in enumerate(raw, 1):
+  for i, line in enumerate(lines, 1):
     line = line.removesuffix(b"\r")
     try:
       out.append(line.decode("utf-8"))
     except UnicodeDecodeError:
-      log.note("non_utf8_replaced", f"{path}:{i}")
+      log.note("non_utf8_replaced", f"{name}:{i}")
       out.append(line.decode("utf-8", errors="replace"))
   return out
+
+
+def _lines(path: str, log: SkipLog) -> list[str]:
+  """Lines of a text file (see decode_lines)."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"translation data file {path} does not exist.")
+  with open(path, "rb") as f:
+    return decode_lines(f.read(), path, log)
 
 
 def _keep(pairs: list, log: SkipLog, source: str, target: str, where: str) -> None:

@@ -28,6 +28,7 @@ from bert_jax.tasks.translation import batches as batch_lib
 from bert_jax.tasks.translation import data
 from bert_jax.tasks.translation import metrics as metrics_lib
 from bert_jax.train import losses
+from bert_jax.train.defaults import transformer_config
 from bert_jax.train.writer import log
 
 ARCHITECTURES = ("transformer", "gru")
@@ -35,11 +36,7 @@ ARCHITECTURES = ("transformer", "gru")
 
 def model_config_of(config: ml_collections.ConfigDict) -> TransformerConfig:
   """The model's TransformerConfig; its vocabulary is data.vocab_size (one knob)."""
-  fields = {k: v for k, v in config.model.to_dict().items() if k != "variant"}
-  fields["vocab_size"] = int(config.data.vocab_size)
-  fields["head_dim"] = fields.get("head_dim") or None
-  fields["mlp_dim"] = fields.get("mlp_dim") or None
-  return TransformerConfig(**fields)
+  return transformer_config(config).replace(vocab_size=int(config.data.vocab_size))
 
 
 class TranslationTask:
