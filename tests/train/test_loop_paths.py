@@ -234,7 +234,12 @@ def test_fine_tunes_from_our_pretraining_checkpoint(evaluated, tmp_path):
   task = registry.get_task(c)
   assert task.model_config.num_layers == 1 and task.model_config.hidden_size == 32
   _, saved, _ = ckpt_lib.load_params_for_inference(pretrain_dir)
-  np.testing.assert_array_equal(task._pretrained["embeddings"]["token_embedder"]["embedding"],  # pylint: disable=protected-access
+  template = jax.tree_util.tree_map(
+      lambda x: np.zeros(x.shape, x.dtype),
+      nn.meta.unbox(jax.eval_shape(lambda: task.init(jax.random.key(0),
+                                                     task.dummy_batch(8, 16)))["params"]))
+  loaded = task.load_pretrained_params(c.init_from, template)
+  np.testing.assert_array_equal(loaded["bert"]["embeddings"]["token_embedder"]["embedding"],
                                 saved["bert"]["embeddings"]["token_embedder"]["embedding"])
   result = loop.train_and_evaluate(c, str(tmp_path / "ft"), registry.get_task(c))
   assert result["step"] == 2 and np.isfinite(result["loss"])
