@@ -33,7 +33,8 @@ import grain
 import numpy as np
 import tensorflow_datasets as tfds
 
-from bert_jax.data import loader, prepare, sampling
+from bert_jax.data import loader, sampling
+from bert_jax.data import prepare as prepare_lib
 from bert_jax.interop import gpt2
 
 EOT = gpt2.EOT
@@ -102,12 +103,13 @@ def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> str:
     gpt2.load_gpt2_tokenizer(path)  # fail early, with a clear message
     if os.path.isdir(path) and not os.path.exists(os.path.join(path, "tokenizer.json")):
       # vocab.json + merges.txt: store the assembled tokenizer.json beside the streams.
-      out = os.path.join(data_dir, "bpe-" + prepare.content_hash([corpus_hash, path]), "tokenizer.json")
+      out = os.path.join(data_dir, "bpe-" + prepare_lib.content_hash([corpus_hash, path]),
+                         "tokenizer.json")
       os.makedirs(os.path.dirname(out), exist_ok=True)
       gpt2.load_gpt2_tokenizer(path).save(out)
       return out
     return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
-  path = os.path.join(data_dir, "bpe-" + prepare.content_hash([corpus_hash, cfg.vocab_size]),
+  path = os.path.join(data_dir, "bpe-" + prepare_lib.content_hash([corpus_hash, cfg.vocab_size]),
                       "tokenizer.json")
   if not os.path.exists(path):
     tok = train_bpe(_texts(_documents_source(documents_dir, "train")), cfg.vocab_size)
@@ -146,8 +148,8 @@ def prepare(cfg, verbose: bool = True) -> LmData:
   """Builds (or reuses) documents, the BPE and the token streams of `cfg` (config.data)."""
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   data_dir = os.path.expanduser(cfg.data_dir)
-  corpus_hash = prepare.content_hash(prepare.corpus_key(cfg))
-  documents_dir, _, _ = prepare.prepare_documents(
+  corpus_hash = prepare_lib.content_hash(prepare_lib.corpus_key(cfg))
+  documents_dir, _, _ = prepare_lib.prepare_documents(
       cfg, os.path.join(data_dir, "documents-" + corpus_hash))
   tokenizer_path = _tokenizer(cfg, data_dir, corpus_hash, documents_dir)
   tok = Tokenizer.from_file(tokenizer_path)
@@ -155,8 +157,8 @@ def prepare(cfg, verbose: bool = True) -> LmData:
   if eot_id is None:
     raise ValueError(f"{tokenizer_path} has no {EOT} token (the document separator).")
   with open(tokenizer_path, "rb") as f:
-    tok_digest = prepare.content_hash(f.read().decode("utf-8", "replace"))
-  root = os.path.join(data_dir, "lm-" + prepare.content_hash([_FORMAT, corpus_hash, tok_digest]))
+    tok_digest = prepare_lib.content_hash(f.read().decode("utf-8", "replace"))
+  root = os.path.join(data_dir, "lm-" + prepare_lib.content_hash([_FORMAT, corpus_hash, tok_digest]))
   done = os.path.join(root, "prepared.json")
   if not os.path.exists(done):
     splits = [s for s in SPLITS if s in tfds.builder_from_directory(documents_dir).info.splits]
