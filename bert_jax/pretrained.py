@@ -29,12 +29,12 @@ def load_encoder(path: str, *, with_params: bool = True):
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
   path = _resolve(path)
   params = None
-  if _is_hf_dir(path):
+  if is_hf_dir(path):
     config = hf.load_hf_config(path, deterministic=True)
     if with_params:
       params = hf.hf_to_params(hf.read_safetensors(path), config, model="encoder",
                                drop_missing_heads=True, source=path)
-    tokenizer_dir = path if _has_tokenizer(path) else None
+    tokenizer_dir = path if has_tokenizer(path) else None
   else:
     config, params, tokenizer_dir = checkpoint.load_params_for_inference(
         path, with_params=with_params)
@@ -52,7 +52,7 @@ def load_pretraining_params(path: str, nsp: bool):
   the encoder alone without; our checkpoints give their whole params tree.
   """
   path = _resolve(path)
-  if _is_hf_dir(path):
+  if is_hf_dir(path):
     _, params = hf.load_hf_bert(path, model="pretraining" if nsp else "encoder",
                                 allow_missing_heads=True)
     return params if nsp or "bert" in params else {"bert": params}
@@ -65,7 +65,7 @@ def _resolve(path: str) -> str:
     raise FileNotFoundError(f"Checkpoint path {path} does not exist.")
   if os.path.isfile(path) and os.path.basename(path) in ("config.json", "model.safetensors"):
     path = os.path.dirname(path) or "."
-  if not (_is_hf_dir(path) or _is_our_checkpoint(path)):
+  if not (is_hf_dir(path) or is_our_checkpoint(path)):
     raise ValueError(
         f"{path} is neither a Hugging Face BERT directory (config.json + model.safetensors) "
         "nor a bert_jax training checkpoint (a workdir with checkpoints/<step>/state, or a "
@@ -84,15 +84,15 @@ def _encoder_of(params, path: str):
   return layout.unflatten(flat)
 
 
-def _is_hf_dir(path: str) -> bool:
+def is_hf_dir(path: str) -> bool:
   return os.path.isfile(os.path.join(path, "config.json"))
 
 
-def _has_tokenizer(path: str) -> bool:
+def has_tokenizer(path: str) -> bool:
   return any(os.path.exists(os.path.join(path, n)) for n in ("vocab.txt", "tokenizer.json"))
 
 
-def _is_our_checkpoint(path: str) -> bool:
+def is_our_checkpoint(path: str) -> bool:
   """A workdir, its checkpoints/ dir or a step dir of bert_jax.checkpoint's layout."""
   if not os.path.isdir(path):
     return False

@@ -79,8 +79,8 @@ def _ours(path: str):
 
 def load(path: str) -> Loaded:
   """Loads `path` or raises InputError with one line naming the problem."""
+  from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
-  from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
   if not os.path.exists(path):
     raise InputError(f"--checkpoint {path} does not exist")
   if os.path.isfile(path) and os.path.basename(path) in ("config.json", "model.safetensors"):
@@ -90,8 +90,8 @@ def load(path: str) -> Loaded:
     if os.path.isfile(os.path.join(path, "config.json")):
       kind, task = "bert", "hf"
       config, params = _hf_bert(path)
-      tokenizer_dir = path if hf._has_tokenizer(path) else None  # pylint: disable=protected-access
-    elif hf._is_our_checkpoint(path):  # pylint: disable=protected-access
+      tokenizer_dir = path if pretrained.has_tokenizer(path) else None
+    elif pretrained.is_our_checkpoint(path):
       kind, config, params, tokenizer_dir, task = _ours(path)
     else:
       raise InputError(f"--checkpoint {path} is neither a Hugging Face BERT directory "
