@@ -63,9 +63,9 @@ def get_config(arg=None):
                            attention_dropout_rate=0.0)
     c.data = data_config(corpus, vocab_size=4096, seq_len=128)
     c.train = train_config(
-        batch_size=32, num_steps=1000, learning_rate=2e-3, b2=0.95, eps=1e-8,
+        batch_size=32, num_steps=600, learning_rate=2e-3, b2=0.95, eps=1e-8,
         weight_decay=0.1, schedule="cosine", warmup_steps=100, grad_clip_norm=1.0,
-        log_every=50, eval_every=250, eval_steps=0, checkpoint_every=250)
+        log_every=50, eval_every=200, eval_steps=0, checkpoint_every=200)
   else:
     c.model = model_config("gpt/small", attention_dropout_rate=0.0, dropout_rate=0.0)
     c.data = data_config(corpus, vocab_size=50257, seq_len=1024)

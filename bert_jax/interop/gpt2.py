@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import save_file
 
-from bert_jax.interop.hf import read_safetensors
+from bert_jax.interop.hf import read_config_json, read_safetensors
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.variants import get_model_config
 
@@ -41,11 +41,7 @@ EOT = "<|endoftext|>"
 # ---------------------------------------------------------------------------- config
 def load_gpt2_config(path: str, **overrides) -> TransformerConfig:
   """A GPT-2 config.json (or its directory) -> TransformerConfig; refuses other models."""
-  config_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
-  if not os.path.exists(config_path):
-    raise FileNotFoundError(f"No config.json at {path}.")
-  with open(config_path, encoding="utf-8") as f:
-    hf = json.load(f)
+  config_path, hf = read_config_json(path)
   if hf.get("model_type") != "gpt2":
     raise ValueError(f"{config_path}: model_type {hf.get('model_type')!r} is not 'gpt2'; "
                      "only GPT-2 checkpoints load as a GPT.")

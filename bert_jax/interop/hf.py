@@ -43,13 +43,18 @@ MODELS = ("pretraining", "encoder")
 
 
 # ---------------------------------------------------------------------------- config
-def load_hf_config(path: str, **overrides) -> TransformerConfig:
-  """An HF BERT config.json (or its directory) -> TransformerConfig (+ field overrides)."""
+def read_config_json(path: str) -> tuple[str, dict]:
+  """(path of config.json, its dict) of an HF model directory or the file itself."""
   config_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"No config.json at {path}.")
   with open(config_path, encoding="utf-8") as f:
-    hf = json.load(f)
+    return config_path, json.load(f)
+
+
+def load_hf_config(path: str, **overrides) -> TransformerConfig:
+  """An HF BERT config.json (or its directory) -> TransformerConfig (+ field overrides)."""
+  config_path, hf = read_config_json(path)
   if hf.get("model_type", "bert") != "bert":
     raise ValueError(f"{config_path}: model_type {hf['model_type']!r} is not 'bert'.")
   if hf.get("position_embedding_type", "absolute") != "absolute":
