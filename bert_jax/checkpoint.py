@@ -7,13 +7,15 @@ Layout of a workdir: `checkpoints/<step>/{state,data,meta}`:
   meta   JSON: task, model config, config, step, phase.
 Restores go straight onto the target shardings, so a checkpoint written on one mesh
 or device count loads onto another. A step that fails to load (partial or corrupted)
-is reported and the previous one is tried; a checkpoint of another model shape is a
-clear error, never a silent fallback.
+is reported, moved aside to `<step>.corrupt-<time>` (nothing is deleted, and the rerun
+can save that step again), and the previous one is tried; a checkpoint of another model
+shape is a clear error, never a silent fallback.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any, Optional
 
 import jax
@@ -107,12 +109,31 @@ class Checkpointer:
       except CheckpointMismatchError:
         raise
       except Exception as e:  # noqa: BLE001 - any read failure means "try an older one"
-        log.warning("checkpoint step %d in %s could not be restored (%s: %s); "
-                    "falling back to the previous one.", s, self.directory,
-                    type(e).__name__, str(e).splitlines()[0][:300] if str(e) else "")
+        why = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        if step is not None:  # a step the caller asked for: report it, touch nothing
+          log.warning("checkpoint step %d in %s could not be restored (%s).", s,
+                      self.directory, why)
+          continue
+        log.warning("checkpoint step %d in %s could not be restored (%s); moved it to %s "
+                    "and falling back to the previous one.", s, self.directory, why,
+                    self._move_aside(s))
     if steps:
       raise RuntimeError(f"none of the checkpoints {steps} in {self.directory} could be restored.")
     return None
+
+  def _move_aside(self, step: int) -> str:
+    """Renames an unreadable step to `<step>.corrupt-<time>` (not a step to orbax any more),
+    so the run that falls back past it can save that step again (orbax refuses to
+    overwrite an existing step). Process 0 renames; every process then rereads."""
+    src = self.directory / str(step)
+    dst = self.directory / f"{step}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+    if jax.process_index() == 0 and src.exists():
+      src.rename(dst)
+    if jax.process_count() > 1:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      multihost_utils.sync_global_devices(f"checkpoint-{step}-moved-aside")
+    self.manager.reload()
+    return str(dst)
 
   def state_metadata(self, step: int):
     """The saved state's tree of array metadata (shapes, dtypes)."""

@@ -4,6 +4,11 @@ Shared source/target embeddings scaled by sqrt(d_model), sinusoidal positions, p
 blocks, and the output projection tied to the same embedding matrix (Sec. 3.4).
 `encode` / `decode` are separate methods so decoding can run the encoder once and then
 step the decoder with its KV cache (`config.decode=True`).
+
+Packed rows (several sentence pairs in one row, batches by token count) pass segment
+ids and positions: each segment attends within itself in the encoder and decoder, and
+target segment k attends to source segment k only, so a packed pair computes what it
+would alone.
 """
 from __future__ import annotations
 
@@ -54,16 +59,23 @@ class Transformer(nn.Module):
     return self.dropout(x + self.positional(positions).astype(x.dtype))  # [batch, len, d]
 
   def encode(self, src_ids: Array, src_mask: Array | None = None,
-             src_positions: Array | None = None) -> Array:
+             src_positions: Array | None = None,
+             src_segment_ids: Array | None = None) -> Array:
     """src_ids [batch, src_len] -> encoded [batch, src_len, d]."""
     src_mask = (src_ids > 0) if src_mask is None else src_mask
     positions = _default_positions(src_ids) if src_positions is None else src_positions
     x = self._embed(src_ids, positions)
-    encoded, _ = self.encoder(x, attn_lib.padding_mask(src_mask))
+    if src_segment_ids is None:
+      mask = attn_lib.padding_mask(src_mask)                     # [batch, 1, 1, src_len]
+    else:
+      mask = attn_lib.segment_mask(src_segment_ids)              # [batch, 1, src, src]
+    encoded, _ = self.encoder(x, mask)
     return encoded
 
   def decode(self, encoded: Array, src_mask: Array, tgt_inputs: Array,
-             tgt_mask: Array | None = None, tgt_positions: Array | None = None) -> Array:
+             tgt_mask: Array | None = None, tgt_positions: Array | None = None,
+             src_segment_ids: Array | None = None,
+             tgt_segment_ids: Array | None = None) -> Array:
     """Decoder logits [batch, tgt_len, vocab] float32 for the (shifted) target inputs.
 
     While decoding with the cache, pass one token per call and its position.
@@ -72,15 +84,23 @@ class Transformer(nn.Module):
     positions = _default_positions(tgt_inputs) if tgt_positions is None else tgt_positions
     x = self._embed(tgt_inputs, positions)
     self_mask = None
-    if not cfg.decode and tgt_mask is not None:
-      self_mask = attn_lib.attention_mask(tgt_mask, tgt_mask)
-    cross_mask = attn_lib.padding_mask(src_mask)                 # [batch, 1, 1, src_len]
+    if tgt_segment_ids is not None and not cfg.decode:            # packed rows
+      self_mask = attn_lib.segment_mask(tgt_segment_ids)         # [batch, 1, tgt, tgt]
+      cross_mask = attn_lib.segment_mask(tgt_segment_ids, src_segment_ids)  # [b, 1, tgt, src]
+    else:
+      if not cfg.decode and tgt_mask is not None:
+        self_mask = attn_lib.attention_mask(tgt_mask, tgt_mask)
+      cross_mask = attn_lib.padding_mask(src_mask)               # [batch, 1, 1, src_len]
     y, _ = self.decoder(x, encoded, self_mask=self_mask, cross_mask=cross_mask,
                         positions=positions)
     return self.embedder.attend(y).astype(jnp.float32)           # tied output projection
 
   def __call__(self, src_ids: Array, tgt_inputs: Array, src_mask: Array | None = None,
-               tgt_mask: Array | None = None) -> Array:
+               tgt_mask: Array | None = None, src_segment_ids: Array | None = None,
+               tgt_segment_ids: Array | None = None, src_positions: Array | None = None,
+               tgt_positions: Array | None = None) -> Array:
+    """Teacher-forced logits [batch, tgt_len, vocab]; segment ids/positions: packed rows."""
     src_mask = (src_ids > 0) if src_mask is None else src_mask
-    encoded = self.encode(src_ids, src_mask)
-    return self.decode(encoded, src_mask, tgt_inputs, tgt_mask)
+    encoded = self.encode(src_ids, src_mask, src_positions, src_segment_ids)
+    return self.decode(encoded, src_mask, tgt_inputs, tgt_mask, tgt_positions,
+                       src_segment_ids, tgt_segment_ids)

@@ -238,6 +238,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     params = task.load_pretrained_params(config.init_from, state.params)
     state = state.replace(params=jax.device_put(params, state_sh.params))
     log(f"initialized params from {config.init_from}")
+  # Records an interrupted run wrote past its last checkpoint are recomputed now: drop them.
+  writer.resume_at(start_step)
   phase = _phase_of(plan, start_step)
   if eval_every:  # fail now, not after hours of training, if there is nothing to eval on
     task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)

@@ -1,13 +1,15 @@
 """Metrics out of the loop: TensorBoard event files (tensorboardX, no TensorFlow),
 `metrics.jsonl` in the workdir, and a one-line progress report on stdout.
 
-Only process 0 writes; every process may call.
+Only process 0 writes; every process may call. A resumed run calls `resume_at(step)`
+first, so the steps it recomputes after its checkpoint are logged once, not twice.
 """
 from __future__ import annotations
 
 import io
 import json
 import math
+import os
 import sys
 import time
 
@@ -60,16 +62,58 @@ class MetricWriter:
 
   def __init__(self, workdir: str, enabled: bool | None = None):
     self.enabled = jax.process_index() == 0 if enabled is None else enabled
+    self.workdir = workdir
     self._tb = None
+    self._purge_step = None
     self._jsonl = None
     if self.enabled:
       paths.resolve(workdir).mkdir(parents=True, exist_ok=True)
+      self._jsonl_path = paths.resolve(workdir) / "metrics.jsonl"
+      self._jsonl = self._open_jsonl()
+
+  def _open_jsonl(self):
+    if paths.is_remote(self.workdir):
+      return _Rewritten(str(self._jsonl_path), append=True)
+    return open(self._jsonl_path, "a", encoding="utf-8")
+
+  @property
+  def tb(self):
+    """The TensorBoard writer, made at first use so resume_at can set its purge step."""
+    if self._tb is None:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
       _register_event_writers()
-      self._tb = SummaryWriter(logdir=str(workdir), flush_secs=10)
-      jsonl = paths.resolve(workdir) / "metrics.jsonl"
-      self._jsonl = (_Rewritten(str(jsonl), append=True) if paths.is_remote(workdir)
-                     else open(jsonl, "a", encoding="utf-8"))
+      self._tb = SummaryWriter(logdir=str(self.workdir), flush_secs=10,
+                               purge_step=self._purge_step)
+    return self._tb
+
+  def resume_at(self, step: int) -> None:
+    """The run continues after `step` (its checkpoint): records of later steps, which an
+    interrupted run wrote before it was killed and this run recomputes, are dropped from
+    metrics.jsonl (rewritten to a temporary file, then renamed over it) and hidden in
+    TensorBoard (a purge step), so each step appears once. A line cut by the kill is
+    dropped too."""
+    if not self.enabled:
+      return
+    self._purge_step = int(step) + 1
+    if self._tb is not None:
+      raise RuntimeError("MetricWriter.resume_at must come before the first write.")
+    self._jsonl.close()
+    path = self._jsonl_path
+    kept = []
+    if path.exists():
+      for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+          if int(json.loads(line)["step"]) <= step:
+            kept.append(line + "\n")
+        except (ValueError, KeyError, TypeError):
+          pass  # a partial last line: the write the kill interrupted
+    tmp = path.parent / (path.name + ".tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    if paths.is_remote(self.workdir):
+      tmp.rename(path)
+    else:
+      os.replace(tmp, path)
+    self._jsonl = self._open_jsonl()
 
   def write_scalars(self, step: int, scalars: dict) -> None:
     """A non-finite value (no evaluation words in a toy corpus: a NaN Spearman) goes to
@@ -79,18 +123,19 @@ class MetricWriter:
     clean = {k: float(v) for k, v in scalars.items()}
     for k, v in clean.items():
       if math.isfinite(v):
-        self._tb.add_scalar(k, v, step)
+        self.tb.add_scalar(k, v, step)
     record = {k: v if math.isfinite(v) else "n/a" for k, v in clean.items()}
     self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **record}) + "\n")
     self._jsonl.flush()
 
   def write_text(self, tag: str, text: str, step: int = 0) -> None:
     if self.enabled:
-      self._tb.add_text(tag, text, step)
+      self.tb.add_text(tag, text, step)
 
   def close(self) -> None:
     if self.enabled:
-      self._tb.close()
+      if self._tb is not None:
+        self._tb.close()
       self._jsonl.close()
 
 

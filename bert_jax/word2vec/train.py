@@ -209,6 +209,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   if checkpoint_fn is None and restore_fn is None and t.checkpoint:
     ckpt = _EpochCheckpoints(config, workdir, vocab, step_lib.padded_vocab_size(len(vocab), mesh))
     checkpoint_fn, restore_fn = ckpt.save, ckpt.restore
+  if writer is not None:  # each step logged once, also when a killed run is rerun
+    restore_inner = restore_fn
+
+    def restore_fn(state):  # pylint: disable=function-redefined
+      restored = restore_inner(state) if restore_inner is not None else None
+      writer.resume_at(int(restored["step"]) if restored is not None else 0)
+      return restored
   try:
     return _train_export_evaluate(config, workdir, vocab, batches, mesh, state,
                                   state_shardings, log_fn, checkpoint_fn, restore_fn)

@@ -113,6 +113,39 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir,
     assert got[step] == pytest.approx(ref[step], abs=1e-6), (step, got, ref)
 
 
+def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_rerun_finishes_exactly(
+    uninterrupted, data_dir, tmp_path, caplog):
+  """Killed after step 6's metrics but before its save, checkpoint 4 half-written: the
+  rerun falls back to 2, moves 4 aside (nothing deleted), saves 4 and 6 again with the
+  uninterrupted losses, and logs every step once."""
+  ref_dir, _ = uninterrupted
+  copy = tmp_path / "run"
+  shutil.copytree(ref_dir, copy)
+  ckdir = copy / "checkpoints"
+  shutil.rmtree(ckdir / "6")
+  for root, _, files in os.walk(ckdir / "4"):
+    for f in files:
+      path = os.path.join(root, f)
+      with open(path, "r+b") as fh:
+        fh.truncate(os.path.getsize(path) // 2)
+  with open(copy / "metrics.jsonl", "a") as f:
+    f.write('{"step": 7, "lo')  # the line the kill cut
+  config = e2e_config(data_dir)
+  with caplog.at_level("WARNING"):
+    result = loop.train_and_evaluate(config, str(copy), registry.get_task(config))
+  assert result["step"] == 6
+  aside = [p.name for p in ckdir.iterdir() if p.name.startswith("4.corrupt-")]
+  assert len(aside) == 1 and "moved it to" in caplog.text
+  assert ckpt_lib.Checkpointer(str(ckdir)).all_steps() == [2, 4, 6]
+  rows = [json.loads(l) for l in (copy / "metrics.jsonl").read_text().splitlines()]
+  steps = [r["step"] for r in rows if "loss" in r]
+  assert steps == [1, 2, 3, 4, 5, 6]  # each once: 3..6 of the killed run were dropped
+  ref = _losses(ref_dir)
+  for r in rows:
+    if "loss" in r:
+      assert r["loss"] == pytest.approx(ref[r["step"]], abs=1e-6), r["step"]
+
+
 def test_unknown_config_key_fails_clearly(tmp_path):
   proc = _run_main(["--config=configs/bert_tiny.py", f"--workdir={tmp_path}",
                     "--config.train.nmu_steps=3"])
@@ -154,6 +187,9 @@ def test_checkpoint_restores_onto_another_mesh_and_falls_back(tmp_path):
         fh.write(b"garbage")
   restored, _, step = ckpt_lib.Checkpointer(str(tmp_path / "ck")).restore(abstract)
   assert step == 1
+  # Moved aside, not deleted: step 2 can be saved again.
+  assert [p.name.split(".")[0] for p in (tmp_path / "ck").glob("2.corrupt-*")] == ["2"]
+  assert ckpt_lib.Checkpointer(str(tmp_path / "ck")).all_steps() == [1]
 
 
 def test_checkpoint_of_another_model_shape_is_a_clear_error(tmp_path):

@@ -6,6 +6,12 @@ Batch dict (B rows; S = data.max_source_length, T = data.max_target_length):
                                  inputs are these shifted right behind <s>)
   example_weight float32 [B]     0 on padding rows of eval batches
   feature_index  int32   [B]     row of the split (-1 on padding rows)
+Packed train batches (data.pack_length = P > 0: batches by token count, the paper's
+"approximately 25000 source and 25000 target tokens") hold several pairs a row:
+  src_ids, tgt_ids                     int32 [B, P]  pairs back to back, 0-padded
+  src_segment_ids, tgt_segment_ids     int32 [B, P]  pair k of the row is segment k
+                                                     (from 1; 0 = padding) on both sides
+  src_positions, tgt_positions         int32 [B, P]  restart at 0 in every pair
 
 The numbers corpus is generated on the fly (num2words costs ~0.2 ms a pair, so the
 900k training numbers are never materialized): a batch's keys pick training numbers
@@ -79,6 +85,50 @@ def train_batches(source, batch_size: int, shard_index: int, shard_count: int, s
   ds = grain.MapDataset.range(sys.maxsize)
   ds = ds.map(sampling.TrainKeys(len(source), batch_size, shard_index, shard_count, seed))
   return iter(ds.map(_Batch(source)).to_iter_dataset())
+
+
+class _Pair:
+  """Stream position j of this process -> one pair, unpadded: {"src_ids": [s], "tgt_ids": [t]}.
+
+  The same global shuffle as train_batches (TrainKeys with one row a "batch"), so the
+  order is a pure function of (seed, position) and the packer's state is the position.
+  """
+
+  def __init__(self, source, shard_index: int, shard_count: int, seed: int):
+    self.source = source
+    self.keys = sampling.TrainKeys(len(source), 1, shard_index, shard_count, seed)
+
+  def __call__(self, j: int) -> dict:
+    row = self.source.rows(self.keys(j)[:, 1])
+    return {k: v[0][v[0] > 0] for k, v in row.items()}  # ids are > 0; 0 is padding
+
+
+def _packed_batch(b: dict) -> dict:
+  out = {}
+  for side in ("src", "tgt"):
+    out[f"{side}_ids"] = b[f"{side}_ids"].astype(np.int32)
+    out[f"{side}_segment_ids"] = b[f"{side}_ids_segment_ids"].astype(np.int32)
+    out[f"{side}_positions"] = b[f"{side}_ids_positions"].astype(np.int32)
+  rows = len(out["src_ids"])
+  out["example_weight"] = np.ones(rows, np.float32)
+  out["feature_index"] = np.full(rows, -1, np.int32)
+  return out
+
+
+def packed_train_batches(source, batch_size: int, pack_length: int, shard_index: int,
+                         shard_count: int, seed: int):
+  """Endless checkpointable iterator of [batch_size, pack_length] packed batches.
+
+  Grain's first-fit packer fills `batch_size` rows (bins) with pairs in stream order
+  until one does not fit, then emits the rows (shuffled) as one batch; the pair that did
+  not fit opens the next batch, so no pair is dropped or cut.
+  """
+  ds = grain.MapDataset.range(sys.maxsize).map(
+      _Pair(source, shard_index, shard_count, seed)).to_iter_dataset()
+  ds = grain.experimental.FirstFitPackIterDataset(
+      ds, length_struct={"src_ids": pack_length, "tgt_ids": pack_length},
+      num_packing_bins=batch_size, seed=seed, shuffle_bins=True)
+  return iter(ds.batch(batch_size).map(_packed_batch))
 
 
 def eval_batches(source, batch_size: int, shard_index: int, shard_count: int):

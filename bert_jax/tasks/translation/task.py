@@ -58,6 +58,17 @@ class TranslationTask:
     if max(self.max_source, self.max_target) > self.model_config.max_len:
       raise ValueError(f"data.max_source/target_length exceed model.max_len "
                        f"{self.model_config.max_len}.")
+    self.pack_length = int(d.get("pack_length", 0) or 0)
+    if self.pack_length:
+      if self.architecture != "transformer":
+        raise ValueError("data.pack_length > 0 (packed rows) needs architecture='transformer'; "
+                         "the GRU reads one pair a row (set data.pack_length=0).")
+      if not max(self.max_source, self.max_target) <= self.pack_length <= (
+          self.model_config.max_len):
+        raise ValueError(
+            f"data.pack_length={self.pack_length} must hold the longest pair "
+            f"(max_source/target_length {self.max_source}/{self.max_target}) and be at most "
+            f"model.max_len {self.model_config.max_len}.")
     self.model = self._build(deterministic=False)
     self.eval_model = self._build(deterministic=True)
     self.tokenizer = None
@@ -119,10 +130,15 @@ class TranslationTask:
 
   def phase_shapes(self, phase: dict) -> dict:
     del phase
+    if self.pack_length:
+      return {"seq_len": 2 * self.pack_length, "num_predictions": 0}
     return {"seq_len": self.max_source + self.max_target, "num_predictions": 0}
 
   def train_iterator(self, phase, batch_size, shard_index, shard_count, seed):
     del phase
+    if self.pack_length:
+      return batch_lib.packed_train_batches(self.train_source, batch_size, self.pack_length,
+                                            shard_index, shard_count, seed)
     return batch_lib.train_batches(self.train_source, batch_size, shard_index, shard_count,
                                    seed)
 
@@ -151,7 +167,12 @@ class TranslationTask:
     tgt_in = seq2seq.shift_right(batch["tgt_ids"], data.BOS)           # [B, T]
     model = self.model if train else self.eval_model
     rngs = {"dropout": rng} if train else {}
-    out = {"logits": model.apply({"params": params}, src, tgt_in, rngs=rngs)}
+    packed = {}
+    if "tgt_segment_ids" in batch:  # packed rows: every pair's decoder input starts at <s>
+      tgt_in = jnp.where(batch["tgt_positions"] == 0, data.BOS, tgt_in)
+      packed = {k: batch[k] for k in ("src_segment_ids", "tgt_segment_ids", "src_positions",
+                                      "tgt_positions")}
+    out = {"logits": model.apply({"params": params}, src, tgt_in, rngs=rngs, **packed)}
     beam = int(self.config.decode.eval_beam_size)
     if not train and beam:
       out["hyp"] = self.search(params, src, beam)
@@ -195,6 +216,8 @@ class TranslationTask:
     attention) and the output projection over T tokens (nanoGPT-style estimate)."""
     del seq_len, num_predictions
     s, t, c = self.max_source, self.max_target, self.model_config
+    if self.pack_length:  # a packed row attends over its whole length
+      s = t = self.pack_length
     if self.architecture == "gru":
       g = self.config.gru
       h, e, u = int(g.hidden_size), int(g.embed_dim), int(g.attention_units)
