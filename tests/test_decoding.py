@@ -1,5 +1,6 @@
 """bert_jax/decoding: cached steps vs full forward passes, searches vs hand computations,
 sampling frequencies vs the renormalized softmax (chi-square)."""
+import functools
 import math
 
 import flax.linen as nn
@@ -97,12 +98,22 @@ def seq2seq():
   return model, _init(model, src, src[:, :3]), src
 
 
-def _score(model, params, src, seq, alpha):
-  """log P(seq | src) / lp(|seq|) by teacher forcing (seq up to and including EOS)."""
-  seq = jnp.asarray(seq)[None]
-  logp = jax.nn.log_softmax(model.apply({"params": params}, src[None], shift_right(seq, BOS)))
-  total = float(jnp.take_along_axis(logp[0], seq[0][:, None], axis=1).sum())
-  return total / ((5 + seq.shape[1]) / 6) ** alpha
+@functools.lru_cache(maxsize=None)
+def _forward(model):
+  return jax.jit(lambda params, src, tgt_in: model.apply({"params": params}, src, tgt_in))
+
+
+def _score(model, params, src, seq, alpha, width=8):
+  """log P(seq | src) / lp(|seq|) by teacher forcing (seq up to and including EOS).
+
+  seq is right-padded to `width` (one compile): the causal decoder's logits at a position
+  do not depend on the padding after it.
+  """
+  n = len(seq)
+  padded = jnp.asarray(list(seq) + [PAD] * (width - n))[None]             # [1, width]
+  logp = jax.nn.log_softmax(_forward(model)(params, src[None], shift_right(padded, BOS)))
+  total = float(jnp.take_along_axis(logp[0, :n], padded[0, :n, None], axis=1).sum())
+  return total / ((5 + n) / 6) ** alpha
 
 
 def _trim(seq):
@@ -198,9 +209,17 @@ def gpt():
 
 
 def _reference_greedy(model, params, prompt, n):
+  """Uncached greedy: the whole sequence so far through the model for every new token.
+
+  Rows are right-padded to one width (one compile): causal attention makes the logits at
+  position t independent of the padding after it.
+  """
+  width = len(prompt) + n
+  forward = jax.jit(lambda ids: model.apply({"params": params}, ids))
   seq = list(prompt)
   for _ in range(n):
-    seq.append(int(jnp.argmax(model.apply({"params": params}, jnp.array([seq]))[0, -1])))
+    logits = forward(jnp.array([seq + [PAD] * (width - len(seq))]))   # [1, width, V]
+    seq.append(int(jnp.argmax(logits[0, len(seq) - 1])))
   return seq[len(prompt):]
 
 
