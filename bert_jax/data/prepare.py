@@ -4,12 +4,17 @@
 
 Layout under data_dir: documents-<hash>/ (tfds), vocab-<hash>/vocab.txt (if trained),
 <mode>-<hash>/ (tfds instances + unigram_counts.npy + prepared.json, written last).
-Run `prepare` once per data_dir (on process 0 before a barrier, or per host on local
-disk): concurrent builds of the same directory would race. Loading is data/loader.py.
+Every level is built under a file lock next to its directory (`<dir>.lock`), so runs
+preparing the same data_dir at once (two hosts on a shared filesystem, two jobs on one
+machine) build it once: the others wait and reuse it. Reused datasets have their shards
+checked against the record counts tfds wrote (a truncated array_record opens as empty).
+Loading is data/loader.py.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +31,49 @@ from bert_jax.data import instances
 from bert_jax.data import tokenizer as tokenizer_lib
 
 _FORMAT = "1"  # bump when the prepared layout changes: old dirs are then not reused
+
+
+class CorruptDataError(ValueError):
+  """A prepared dataset's files do not match what its build recorded."""
+
+
+@contextlib.contextmanager
+def build_lock(root: str):
+  """Holds an exclusive lock for building `root` (fcntl on `<root>.lock`, a sibling that
+  survives the rmtree of a crashed build). A second process preparing the same directory
+  blocks here, then finds the finished build and reuses it, instead of deleting it
+  half-way."""
+  os.makedirs(os.path.dirname(os.path.abspath(root)), exist_ok=True)
+  with open(root + ".lock", "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def check_shards(dataset_dir: str, root: str) -> None:
+  """Every array_record shard of a prepared tfds dataset exists and holds the records
+  its dataset_info.json counts; else a CorruptDataError naming the file and the fix."""
+  from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
+  info = tfds.builder_from_directory(dataset_dir).info
+  for split in info.splits.values():
+    for path, want in zip(split.filepaths, split.shard_lengths):
+      path = os.fspath(path)
+      if not os.path.exists(path):
+        state = "is missing"
+      else:
+        try:
+          reader = array_record_module.ArrayRecordReader(path)
+          got = reader.num_records()
+          reader.close()  # a cut file may open (as 0 records) and fail only here
+          state = None if got == want else f"holds {got} records"
+        except (RuntimeError, OSError, ValueError) as e:
+          state = f"cannot be read ({type(e).__name__}: {e})"
+      if state:
+        raise CorruptDataError(
+            f"prepared data is damaged: {path} {state}, its dataset_info.json counts "
+            f"{want}. Remove it and prepare again with the same command: rm -rf {root}")
 
 
 def content_hash(obj) -> str:
@@ -123,10 +171,16 @@ def _build(make_builder, root: str, splits):
 
 
 def prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
+  with build_lock(root):
+    return _prepare_documents(cfg, root)
+
+
+def _prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
   stats_path = os.path.join(root, "corpus_stats.json")
   if os.path.exists(stats_path):
     with open(stats_path) as f:
       saved = json.load(f)
+    check_shards(os.path.join(root, saved["dataset_dir"]), root)
     return os.path.join(root, saved["dataset_dir"]), saved["stats"], 0.0
   shutil.rmtree(root, ignore_errors=True)  # a crashed earlier attempt
   start = time.time()
@@ -149,9 +203,10 @@ def prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
     where = {"text": cfg.text_files, "tfds": cfg.tfds_name}.get(cfg.corpus, "embedded")
     raise ValueError(f"The corpus ({cfg.corpus}: {where}) has no non-empty training "
                      f"document; counts: {stats}.")
-  with open(stats_path, "w") as f:
+  with open(stats_path + ".tmp", "w") as f:  # written last, atomically: "this build is done"
     json.dump({"dataset_dir": os.path.relpath(builder.data_path, root), "stats": stats}, f,
               indent=1)
+  os.replace(stats_path + ".tmp", stats_path)
   return os.fspath(builder.data_path), stats, time.time() - start
 
 
@@ -161,12 +216,53 @@ def _prepare_vocab(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> 
     return os.path.expanduser(cfg.vocab_path)
   path = os.path.join(data_dir, "vocab-" + content_hash([corpus_hash, cfg.vocab_size, cfg.lowercase]),
                       "vocab.txt")
-  if not os.path.exists(path):
-    source = tfds.builder_from_directory(documents_dir).as_data_source(split="train")
-    texts = (d["text"].decode("utf-8") for d in source)
-    tok = tokenizer_lib.train_wordpiece(texts, cfg.vocab_size, cfg.lowercase is not False)
-    tokenizer_lib.save_vocab(tok, path)
+  with build_lock(os.path.dirname(path)):
+    if not os.path.exists(path):  # save_vocab writes it atomically
+      source = tfds.builder_from_directory(documents_dir).as_data_source(split="train")
+      texts = (d["text"].decode("utf-8") for d in source)
+      tok = tokenizer_lib.train_wordpiece(texts, cfg.vocab_size, cfg.lowercase is not False)
+      tokenizer_lib.save_vocab(tok, path)
   return path
+
+
+def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_path: str,
+                       tok, settings, corpus_stats: dict, t_docs: float,
+                       t_vocab: float) -> None:
+  """Builds the instances dataset in `root` unless its prepared.json (written last) exists."""
+  done = os.path.join(root, "prepared.json")
+  if os.path.exists(done):
+    return
+  shutil.rmtree(root, ignore_errors=True)
+  start = time.time()
+  # Auto: worker processes only for corpora of many shards; spawning one costs a few
+  # seconds of imports, more than the embedded corpus takes in-process.
+  shards = corpus_stats.get("documents", 0) / cfg.shard_documents
+  processes = cfg.prepare_processes or max(1, min(os.cpu_count() or 1, int(shards // 4)))
+  make_builder = lambda splits: corpora.InstancesBuilder(
+      documents_dir=documents_dir, tokenizer_json=tok.to_str(), settings=settings,
+      processes=processes, shard_documents=cfg.shard_documents, splits=splits,
+      data_dir=root, file_format="array_record")
+  splits = list(tfds.builder_from_directory(documents_dir).info.splits)
+  builder = _build(make_builder, root, splits)
+  if builder is None:
+    raise ValueError(f"No training instance: every train document of {documents_dir} is "
+                     "empty once tokenized.")
+  seconds = time.time() - start
+  np.save(os.path.join(root, "unigram_counts.npy"), builder.unigram_counts)
+  documents = sum(s.get("documents", 0) for s in builder.stats.values())
+  tokens = sum(s.get("tokens", 0) for s in builder.stats.values())
+  # Paths inside data_dir are stored relative to it: the directory can move.
+  rel = lambda p: os.path.relpath(p, data_dir) if _inside(p, data_dir) else p
+  record = {
+      "instances_dir": rel(builder.data_path), "documents_dir": rel(documents_dir),
+      "vocab_path": rel(vocab_path), "config": cfg.to_dict(),
+      "stats": {"corpus": corpus_stats, "instances": builder.stats,
+                "seconds": {"documents": t_docs, "vocab": t_vocab, "instances": seconds},
+                "documents_per_second": documents / max(seconds, 1e-9),
+                "tokens_per_second": tokens / max(seconds, 1e-9)}}
+  with open(done + ".tmp", "w") as f:
+    json.dump(record, f, indent=1)
+  os.replace(done + ".tmp", done)
 
 
 def prepare(cfg, verbose: bool = True) -> PreparedData:
@@ -196,40 +292,12 @@ def prepare(cfg, verbose: bool = True) -> PreparedData:
       [corpus_hash, _vocab_digest(vocab_path), lowercase, cfg.shard_documents,
        dataclasses.asdict(settings)]))
   done = os.path.join(root, "prepared.json")
-  if not os.path.exists(done):
-    shutil.rmtree(root, ignore_errors=True)
-    start = time.time()
-    # Auto: worker processes only for corpora of many shards; spawning one costs a few
-    # seconds of imports, more than the embedded corpus takes in-process.
-    shards = corpus_stats.get("documents", 0) / cfg.shard_documents
-    processes = cfg.prepare_processes or max(1, min(os.cpu_count() or 1, int(shards // 4)))
-    make_builder = lambda splits: corpora.InstancesBuilder(
-        documents_dir=documents_dir, tokenizer_json=tok.to_str(), settings=settings,
-        processes=processes, shard_documents=cfg.shard_documents, splits=splits,
-        data_dir=root, file_format="array_record")
-    splits = list(tfds.builder_from_directory(documents_dir).info.splits)
-    builder = _build(make_builder, root, splits)
-    if builder is None:
-      raise ValueError(f"No training instance: every train document of {documents_dir} is "
-                       "empty once tokenized.")
-    seconds = time.time() - start
-    np.save(os.path.join(root, "unigram_counts.npy"), builder.unigram_counts)
-    documents = sum(s.get("documents", 0) for s in builder.stats.values())
-    tokens = sum(s.get("tokens", 0) for s in builder.stats.values())
-    # Paths inside data_dir are stored relative to it: the directory can move.
-    rel = lambda p: os.path.relpath(p, data_dir) if _inside(p, data_dir) else p
-    record = {
-        "instances_dir": rel(builder.data_path), "documents_dir": rel(documents_dir),
-        "vocab_path": rel(vocab_path), "config": cfg.to_dict(),
-        "stats": {"corpus": corpus_stats, "instances": builder.stats,
-                  "seconds": {"documents": t_docs, "vocab": t_vocab, "instances": seconds},
-                  "documents_per_second": documents / max(seconds, 1e-9),
-                  "tokens_per_second": tokens / max(seconds, 1e-9)}}
-    with open(done + ".tmp", "w") as f:
-      json.dump(record, f, indent=1)
-    os.replace(done + ".tmp", done)
+  with build_lock(root):
+    _prepare_instances(cfg, data_dir, root, documents_dir, vocab_path, tok, settings,
+                       corpus_stats, t_docs, t_vocab)
   with open(done) as f:
     record = json.load(f)
+  check_shards(os.path.join(data_dir, record["instances_dir"]), root)
   prepared = PreparedData(
       instances_dir=os.path.join(data_dir, record["instances_dir"]),
       documents_dir=os.path.join(data_dir, record["documents_dir"]),

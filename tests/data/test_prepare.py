@@ -1,12 +1,14 @@
 """data/prepare.py on the fixture corpus: caching by config hash, summaries, bad input,
 clear errors, the same data whatever the number of worker processes."""
+import json
+import multiprocessing
 import os
 
 import numpy as np
 import pytest
 
 from bert_jax.data import loader
-from bert_jax.data.prepare import prepare
+from bert_jax.data.prepare import CorruptDataError, prepare
 from bert_jax.data.tokenizer import SpecialIds
 
 
@@ -84,3 +86,47 @@ def test_processes_do_not_change_the_prepared_data(tmp_path, make_config, google
   for i in range(len(a)):
     np.testing.assert_array_equal(a[i][0], b[i][0])
   np.testing.assert_array_equal(prepared[0].unigram_counts, prepared[1].unigram_counts)
+
+
+def _prepare_in_child(cfg_json, queue):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  cfg = ml_collections.ConfigDict(json.loads(cfg_json))
+  p = prepare(cfg, verbose=False)
+  queue.put((p.instances_dir, p.vocab_path, p.num_examples["train"]))
+
+
+def test_two_runs_preparing_one_data_dir_at_once_build_it_once(tmp_path, make_config):
+  """Two processes (two hosts on a shared filesystem) prepare the same data_dir together,
+  vocabulary training included: both get the same finished data, no partial files."""
+  cfg = make_config(tmp_path)
+  ctx = multiprocessing.get_context("spawn")
+  queue = ctx.Queue()
+  procs = [ctx.Process(target=_prepare_in_child, args=(cfg.to_json(), queue))
+           for _ in range(2)]
+  for p in procs:
+    p.start()
+  got = [queue.get(timeout=300) for _ in procs]
+  for p in procs:
+    p.join(timeout=60)
+    assert p.exitcode == 0
+  assert got[0] == got[1] and got[0][2] > 100
+  leftovers = [str(f) for f in tmp_path.rglob("*")
+               if f.name.endswith(".tmp") or f.name.startswith("incomplete.")]
+  assert not leftovers, leftovers
+  # One vocabulary was trained (the second process reused it, not a rival build).
+  assert len(list(tmp_path.glob("vocab-*/vocab.txt"))) == 1
+
+
+def test_a_truncated_or_deleted_shard_is_named_at_start_up(tmp_path, make_config,
+                                                           google_vocab):
+  cfg = make_config(tmp_path, vocab_path=google_vocab)
+  prepared = prepare(cfg, verbose=False)
+  (shard,) = [f for f in os.listdir(prepared.instances_dir) if "-train.array_record" in f]
+  path = os.path.join(prepared.instances_dir, shard)
+  os.truncate(path, os.path.getsize(path) // 2)  # array_record alone: 0 records or an error
+  with pytest.raises(CorruptDataError, match=rf"{shard} (holds 0 records|cannot be read).*"
+                                             r"dataset_info.json counts \d+.*rm -rf "):
+    prepare(cfg, verbose=False)
+  os.remove(path)
+  with pytest.raises(CorruptDataError, match=rf"{shard} is missing"):
+    prepare(cfg, verbose=False)

@@ -111,11 +111,12 @@ def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> str:
     return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
   path = os.path.join(data_dir, "bpe-" + prepare_lib.content_hash([corpus_hash, cfg.vocab_size]),
                       "tokenizer.json")
-  if not os.path.exists(path):
-    tok = train_bpe(_texts(_documents_source(documents_dir, "train")), cfg.vocab_size)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tok.save(path + ".tmp")
-    os.replace(path + ".tmp", path)
+  with prepare_lib.build_lock(os.path.dirname(path)):  # concurrent runs train it once
+    if not os.path.exists(path):
+      tok = train_bpe(_texts(_documents_source(documents_dir, "train")), cfg.vocab_size)
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      tok.save(path + ".tmp")
+      os.replace(path + ".tmp", path)
   return path
 
 
@@ -144,6 +145,24 @@ def encode_documents(tok, texts, eot_id: int) -> tuple[np.ndarray, np.ndarray, i
   return tokens, np.asarray(starts, np.int64), nbytes
 
 
+def _write_streams(tok, documents_dir: str, root: str, tokenizer_path: str, eot_id: int):
+  """tokens.npy + starts.npy per split, token_bytes.npy, and prepared.json written last."""
+  done = os.path.join(root, "prepared.json")
+  splits = [s for s in SPLITS if s in tfds.builder_from_directory(documents_dir).info.splits]
+  stats = {}
+  for split in splits:
+    tokens, starts, nbytes = encode_documents(
+        tok, _texts(_documents_source(documents_dir, split)), eot_id)
+    os.makedirs(os.path.join(root, split), exist_ok=True)
+    np.save(os.path.join(root, split, "tokens.npy"), tokens)
+    np.save(os.path.join(root, split, "starts.npy"), starts)
+    stats[split] = {"documents": len(starts), "tokens": len(tokens), "bytes": nbytes}
+  np.save(os.path.join(root, "token_bytes.npy"), token_byte_lengths(tok))
+  with open(done + ".tmp", "w") as f:
+    json.dump({"tokenizer": tokenizer_path, "stats": stats}, f, indent=1)
+  os.replace(done + ".tmp", done)
+
+
 def prepare(cfg, verbose: bool = True) -> LmData:
   """Builds (or reuses) documents, the BPE and the token streams of `cfg` (config.data)."""
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
@@ -160,20 +179,9 @@ def prepare(cfg, verbose: bool = True) -> LmData:
     tok_digest = prepare_lib.content_hash(f.read().decode("utf-8", "replace"))
   root = os.path.join(data_dir, "lm-" + prepare_lib.content_hash([_FORMAT, corpus_hash, tok_digest]))
   done = os.path.join(root, "prepared.json")
-  if not os.path.exists(done):
-    splits = [s for s in SPLITS if s in tfds.builder_from_directory(documents_dir).info.splits]
-    stats = {}
-    for split in splits:
-      tokens, starts, nbytes = encode_documents(
-          tok, _texts(_documents_source(documents_dir, split)), eot_id)
-      os.makedirs(os.path.join(root, split), exist_ok=True)
-      np.save(os.path.join(root, split, "tokens.npy"), tokens)
-      np.save(os.path.join(root, split, "starts.npy"), starts)
-      stats[split] = {"documents": len(starts), "tokens": len(tokens), "bytes": nbytes}
-    np.save(os.path.join(root, "token_bytes.npy"), token_byte_lengths(tok))
-    with open(done + ".tmp", "w") as f:
-      json.dump({"tokenizer": tokenizer_path, "stats": stats}, f, indent=1)
-    os.replace(done + ".tmp", done)
+  with prepare_lib.build_lock(root):  # concurrent runs write the streams once
+    if not os.path.exists(done):
+      _write_streams(tok, documents_dir, root, tokenizer_path, eot_id)
   with open(done) as f:
     stats = json.load(f)["stats"]
   data = LmData(streams_dir=root, tokenizer_path=tokenizer_path,
