@@ -13,8 +13,11 @@ shape is a clear error, never a silent fallback.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import logging
+import shutil
 import time
 from typing import Any, Optional
 
@@ -30,6 +33,21 @@ log = logging.getLogger(__name__)
 
 class CheckpointMismatchError(ValueError):
   """The checkpoint holds a differently shaped model than the one being restored."""
+
+
+class CheckpointSaveError(OSError):
+  """A save failed for want of space; the earlier checkpoints are untouched."""
+
+
+def _out_of_space(e: BaseException) -> bool:
+  """ENOSPC anywhere in the exception chain (orbax/tensorstore wrap the OSError)."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
 
 
 def _item_handlers(state_handler=None) -> dict:
@@ -60,6 +78,7 @@ class Checkpointer:
     # Handlers named up front, so metadata of existing steps is readable before a restore.
     self.manager = ocp.CheckpointManager(self.directory, options=options,
                                          item_handlers=_item_handlers())
+    self._saving = None  # the step of the newest save (for errors surfacing later)
 
   # ------------------------------------------------------------------ save
   def save(self, step: int, state: Any, meta: dict, data_iterator=None,
@@ -70,13 +89,36 @@ class Checkpointer:
       save_cls, _ = _grain_args()
       items["data"] = save_cls(data_iterator)
     metrics = {k: float(v) for k, v in (metrics or {}).items()} or None
-    self.manager.save(int(step), args=ocp.args.Composite(**items), metrics=metrics, force=True)
+    self._saving = int(step)
+    with self._space_check():
+      self.manager.save(int(step), args=ocp.args.Composite(**items), metrics=metrics,
+                        force=True)
+
+  @contextlib.contextmanager
+  def _space_check(self):
+    """Turns a save that ran out of space (now, or in the async writer, seen at the next
+    save/wait) into one CheckpointSaveError naming the directory and its free space."""
+    try:
+      yield
+    except Exception as e:  # noqa: BLE001 - only ENOSPC is translated; the rest re-raised
+      if not _out_of_space(e):
+        raise
+      try:
+        free = f"{shutil.disk_usage(str(self.directory)).free / 2**20:.1f} MiB free"
+      except OSError:
+        free = "free space unknown"
+      raise CheckpointSaveError(
+          errno.ENOSPC, f"checkpoint save of step {self._saving} failed: no space left on "
+          f"device in {self.directory} ({free}). Saved steps {self.all_steps()} are intact; "
+          "free space and run the same command again to resume.") from e
 
   def wait(self):
-    self.manager.wait_until_finished()
+    with self._space_check():
+      self.manager.wait_until_finished()
 
   def close(self):
-    self.manager.wait_until_finished()
+    with self._space_check():
+      self.manager.wait_until_finished()
     self.manager.close()
 
   def latest_step(self) -> Optional[int]:

@@ -45,14 +45,16 @@ def main(argv):
   _maybe_initialize_distributed()
   config = _CONFIG.value
   from bert_jax import paths  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import CheckpointSaveError  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   try:
     paths.check_filesystem(FLAGS.workdir, "--workdir")
     paths.check_filesystem(config.get("init_from"), "config.init_from")
     registry.run(config, FLAGS.workdir)
-  except (ValueError, FileNotFoundError, FloatingPointError) as e:
+  except (ValueError, FileNotFoundError, FloatingPointError, CheckpointSaveError) as e:
     logging.error("%s", e)
-    print(f"error: {e}", file=sys.stderr)
+    print(f"error: {e.strerror if isinstance(e, CheckpointSaveError) else e}",
+          file=sys.stderr)
     sys.exit(2)
 
 

@@ -1,10 +1,13 @@
 """End-to-end training-system tests: resume, SIGTERM, checkpoints across meshes, errors."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import jax
 import ml_collections
@@ -144,6 +147,69 @@ def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_rerun_finishes_exact
   for r in rows:
     if "loss" in r:
       assert r["loss"] == pytest.approx(ref[r["step"]], abs=1e-6), r["step"]
+
+
+def _fill_when_saved(disk, step_dir, stop):
+  """Fills the filesystem `disk` (to 0 bytes free) once `step_dir` is a finished save."""
+  while not stop.is_set() and not step_dir.is_dir():
+    time.sleep(0.005)
+  with open(disk / "filler", "wb") as f:
+    try:
+      while True:
+        f.write(b"\0" * 2**20)
+        f.flush()
+    except OSError:
+      pass
+
+
+def test_a_full_disk_stops_the_save_in_one_line_and_the_rerun_resumes(
+    uninterrupted, data_dir, tmp_path, monkeypatch):
+  """The disk fills up once checkpoint 2 is saved (a 64 MiB tmpfs the test mounts; where
+  mounting is not allowed, an injected ENOSPC at step 4): the next save stops the run
+  with one error naming the directory and the free space, checkpoint 2 intact; with
+  space freed the rerun resumes from 2 with the uninterrupted losses."""
+  ref_dir, _ = uninterrupted
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)],
+                           capture_output=True).returncode == 0
+  stop = threading.Event()
+  try:
+    if mounted:
+      filler = threading.Thread(target=_fill_when_saved,
+                                args=(disk, disk / "run" / "checkpoints" / "2", stop))
+      filler.start()
+    else:
+      real_save = ckpt_lib.ocp.CheckpointManager.save
+
+      def save(self, step, *a, **k):
+        if step == 4:
+          raise OSError(28, "No space left on device")
+        return real_save(self, step, *a, **k)
+      monkeypatch.setattr(ckpt_lib.ocp.CheckpointManager, "save", save)
+    workdir = str(disk / "run")
+    config = e2e_config(data_dir)
+    with pytest.raises(ckpt_lib.CheckpointSaveError) as e:
+      loop.train_and_evaluate(config, workdir, registry.get_task(config))
+    msg = e.value.strerror
+    assert re.search(r"^checkpoint save of step 4 failed: no space left on device in "
+                     r".*/disk/run/checkpoints \([\d.]+ MiB free\)\. Saved steps \[2\] are "
+                     r"intact; free space and run the same command again to resume\.$", msg), msg
+    assert ckpt_lib.Checkpointer(str(disk / "run" / "checkpoints")).all_steps() == [2]
+    if mounted:
+      (disk / "filler").unlink()
+    else:
+      monkeypatch.undo()
+    result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
+    assert result["step"] == 6
+    ref, got = _losses(ref_dir), _losses(workdir)
+    for step in range(1, 7):
+      assert got[step] == pytest.approx(ref[step], abs=1e-6), step
+  finally:
+    stop.set()
+    if mounted:
+      filler.join()
+      subprocess.run(["umount", str(disk)], check=False)
 
 
 def test_unknown_config_key_fails_clearly(tmp_path):
