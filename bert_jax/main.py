@@ -18,6 +18,9 @@ flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and Ten
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process).")
 flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process).")
 flags.DEFINE_integer("process_id", None, "This process's index (multi-process).")
+flags.DEFINE_integer("heartbeat_timeout", 100,
+                     "Seconds without a heartbeat after which the others treat a process as "
+                     "lost and exit (multi-process); a dead host ends the job, not hangs it.")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -28,11 +31,13 @@ def _maybe_initialize_distributed():
   # does not affect GPU/TPU collectives. Must precede any backend initialization.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   if FLAGS.coordinator_address:
-    jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+    jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
+                               heartbeat_timeout_seconds=FLAGS.heartbeat_timeout)
   elif any(v in os.environ for v in ("SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES",
                                      "JAX_COORDINATOR_ADDRESS")) and \
       int(os.environ.get("SLURM_NTASKS", "2")) > 1:
-    jax.distributed.initialize()  # cluster auto-detection (SLURM, TPU pods)
+    # Cluster auto-detection (SLURM, TPU pods).
+    jax.distributed.initialize(heartbeat_timeout_seconds=FLAGS.heartbeat_timeout)
 
 
 def main(argv):

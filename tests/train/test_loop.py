@@ -275,28 +275,53 @@ def test_checkpoint_of_another_model_shape_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.multiprocess
-def test_two_processes_train_and_checkpoint(data_dir, tmp_path):
-  """Two JAX processes on 127.0.0.1 (2 CPU devices each) train one global batch stream."""
+def test_two_processes_train_a_lost_peer_ends_the_run_and_both_resume(data_dir, tmp_path):
+  """Two JAX processes on 127.0.0.1 (2 CPU devices each) train one global batch stream.
+  Process 1 is SIGKILLed mid-run: process 0 must exit non-zero within the heartbeat
+  timeout, naming the lost task, not hang; rerun, both resume and finish."""
   import portpicker
-  port = portpicker.pick_unused_port()
-  flags = _flags(e2e_config(data_dir, num_steps=4), str(tmp_path / "run"))
-  flags = [f for f in flags if not f.startswith("--config.mesh_shape")]
+  flags = _flags(e2e_config(data_dir, num_steps=16), str(tmp_path / "run"))
+  flags = [f for f in flags if not f.startswith(("--config.mesh_shape",
+                                                 "--config.train.checkpoint_every"))]
   flags += ["--config.mesh_shape=(-1,1,1)", "--config.train.eval_every=0",
-            f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2"]
+            "--config.train.checkpoint_every=4", "--num_processes=2", "--heartbeat_timeout=5"]
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
              JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-  procs = [subprocess.Popen([sys.executable, "-m", "bert_jax.main"] + flags +
-                            [f"--process_id={i}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
+
+  def start():
+    port = portpicker.pick_unused_port()
+    return [subprocess.Popen([sys.executable, "-m", "bert_jax.main"] + flags +
+                             [f"--coordinator_address=127.0.0.1:{port}", f"--process_id={i}"],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True) for i in range(2)]
+
+  procs = start()
+  seen = []
+  for line in procs[0].stdout:
+    seen.append(line)
+    if line.startswith("step 6/16"):
+      procs[1].kill()
+      killed = time.monotonic()
+      break
+  out = "".join(seen) + procs[0].communicate(timeout=120)[0]
+  lost_after = time.monotonic() - killed
+  procs[1].communicate()
+  assert procs[0].returncode != 0, out
+  assert lost_after < 60, lost_after  # heartbeat 5 s: bounded, not a hang
+  assert re.search(r"Task 1 heartbeat timeout|tasks are unhealthy.*\n1|Connection reset by "
+                   r"peer", out), out[-3000:]
+  saved = ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints")).all_steps()
+  assert saved and max(saved) < 16
+
+  procs = start()
   outs = [p.communicate(timeout=400)[0] for p in procs]
   for p, out in zip(procs, outs):
     assert p.returncode == 0, out
-  assert "4 devices, 2 processes" in outs[0] and "step 4/4" in outs[0]
-  assert "step 4/4" not in outs[1]  # only process 0 reports
-  steps = ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints")).all_steps()
-  assert steps == [2, 4]
+  assert "4 devices, 2 processes" in outs[0] and f"at step {max(saved)}" in outs[0]
+  assert "step 16/16" in outs[0] and "step 16/16" not in outs[1]  # only process 0 reports
+  assert ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints")).all_steps()[-1] == 16
   # Each process saved its own data-iterator state.
-  data = [f for f in os.listdir(tmp_path / "run" / "checkpoints" / "4" / "data")
+  data = [f for f in os.listdir(tmp_path / "run" / "checkpoints" / "16" / "data")
           if f.endswith(".json")]
   assert sorted(data) == ["process_0-of-2.json", "process_1-of-2.json"]
 
