@@ -209,12 +209,12 @@ def save_gpt2(path: str, config: TransformerConfig, params: Any, tokenizer=None)
 
   The tied lm_head is left out, as transformers' save_pretrained does.
   """
-  os.makedirs(path, exist_ok=True)
   eot = tokenizer.token_to_id(EOT) if tokenizer is not None else None
+  hf_config, tensors = gpt2_config_dict(config, eot), params_to_gpt2(config, params)
+  os.makedirs(path, exist_ok=True)  # after every check: nothing half-written
   with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
-    json.dump(gpt2_config_dict(config, eot), f, indent=2)
-  save_file(params_to_gpt2(config, params), os.path.join(path, "model.safetensors"),
-            metadata={"format": "pt"})
+    json.dump(hf_config, f, indent=2)
+  save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
   if tokenizer is not None:
     tokenizer.save(os.path.join(path, "tokenizer.json"))
 
