@@ -29,7 +29,8 @@ Outputs (tests/testdata/hf/):
   minilm_embeddings.npz sentence-transformers all-MiniLM-L6-v2 references
   export/               bert_jax.export of a tiny workdir of every head (tests/export_cases.py,
                         run in the main venv: --jax_python), each loaded here by its
-                        AutoModelFor... class: reference.npz (its logits on inputs.npz) and
+                        AutoModelFor... class: reference.npz (its logits on the batches of
+                        tiny_bert_outputs.npz / tiny_gpt2_outputs.npz) and
                         tokenizer_ids.json (AutoTokenizer's ids of a sentence)
 The other checkpoint variants the tests need (LayerNorm.gamma/beta names, the tied decoder
 weight present, broken checkpoints) are made at test time by renaming keys of tiny_bert/.
@@ -306,13 +307,17 @@ EXPORT_HEADS = {
 }
 
 
+EXPORT_SENTENCES = {"bert": "The cat sat on the mat, and the DOG ran!",
+                    "gpt": "The cat sat on the mat. Hello world!"}
+
+
 def write_export(jax_python: str):
   """Our exports (made by bert_jax in the main venv), loaded and run by transformers."""
   out = os.path.join(OUT, "export")
   subprocess.run([jax_python, "-m", "tests.export_cases", out], cwd=ROOT, check=True,
                  env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
-  inputs = np.load(os.path.join(out, "inputs.npz"))
-  sentences = {"bert": str(inputs["sentences"][0]), "gpt": str(inputs["sentences"][1])}
+  bert = np.load(os.path.join(OUT, "tiny_bert_outputs.npz"))  # the batches of the other
+  gpt = np.load(os.path.join(OUT, "tiny_gpt2_outputs.npz"))   # fixtures, as tests read them
   reference, ids = {}, {}
   for head, (auto, names) in EXPORT_HEADS.items():
     path = os.path.join(out, head)
@@ -325,17 +330,18 @@ def write_export(jax_python: str):
     assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), \
         (head, info)
     family = "gpt" if head == "lm" else "bert"
-    t = lambda k: torch.from_numpy(inputs[f"{family}/{k}"].astype(np.int64))  # pylint: disable=cell-var-from-loop
     with torch.no_grad():
       if family == "gpt":  # right padding: the real positions never see it (causal)
-        got = model(input_ids=t("input_ids"), attention_mask=t("segment_ids"))
+        got = model(input_ids=torch.from_numpy(gpt["input_ids"]),
+                    attention_mask=torch.from_numpy(gpt["attention_mask"]))
       else:
-        got = model(input_ids=t("input_ids"), token_type_ids=t("segment_ids"),
-                    attention_mask=t("input_mask"))
+        got = model(**{k: torch.from_numpy(bert[k]) for k in
+                       ("input_ids", "token_type_ids", "attention_mask")})
     reference.update({f"{head}/{n}": getattr(got, n).numpy() for n in names})
     tok = transformers.AutoTokenizer.from_pretrained(path)
-    ids[head] = {"tokenizer": type(tok).__name__, "text": sentences[family],
-                 "ids": tok(sentences[family])["input_ids"]}
+    text = EXPORT_SENTENCES[family]
+    ids[head] = {"tokenizer": type(tok).__name__, "text": text, "ids": tok(text)["input_ids"],
+                 "model_max_length": tok.model_max_length}
     print(f"export/{head}: {architecture}, {type(tok).__name__} {ids[head]['ids']}")
   np.savez(os.path.join(out, "reference.npz"), **reference)
   ids["_source"] = (f"transformers {transformers.__version__}: AutoTokenizer.from_pretrained"

@@ -8,8 +8,8 @@ very workdir scripts/make_hf_fixtures.py exported. Write the exports (main venv)
 
   python -m tests.export_cases tests/testdata/hf/export
 
-then the reference venv loads them with transformers (make_hf_fixtures.py --only export
-runs both steps).
+then the reference venv loads them with transformers and runs them on the batches of
+the other HF fixtures (make_hf_fixtures.py --only export runs both steps).
 """
 from __future__ import annotations
 
@@ -37,8 +37,6 @@ CASES = {
 }
 LABELS = {"classification": ("neg", "neutral", "pos"),
           "ner": ("O", "B-PER", "I-PER", "B-LOC", "I-LOC")}
-SENTENCES = {"bert": "The cat sat on the mat, and the DOG ran!",
-             "gpt": "The cat sat on the mat. Hello world!"}
 _BERT = dict(hidden_size=16, num_layers=2, num_heads=4, mlp_dim=37, max_len=64,
              vocab_size=122, type_vocab_size=2, dtype="float32", scan_layers=False)
 
@@ -88,27 +86,23 @@ def noisy_params(abstract) -> dict:
   return jax.tree_util.tree_map_with_path(draw, nn.unbox(abstract))
 
 
-def bert_batch(seq_len: int = 16) -> dict:
-  """Three [CLS] A [SEP] B [SEP] rows of lengths 16, 11, 6, zero-padded."""
-  rng = np.random.default_rng(0)
-  ids = np.zeros((3, seq_len), np.int32)
-  segs, mask = np.zeros_like(ids), np.zeros_like(ids)
-  for r, (n, a) in enumerate(zip([16, 11, 6], [7, 4, 2])):
-    body = rng.integers(5, _BERT["vocab_size"], size=n)
-    body[0], body[a + 1], body[n - 1] = 2, 3, 3
-    ids[r, :n], mask[r, :n], segs[r, a + 2:n] = body, 1, 1
-  return dict(input_ids=ids, input_mask=mask, segment_ids=segs)
+def bert_batch() -> dict:
+  """The padded [CLS] A [SEP] B [SEP] batch of tests/testdata/hf/tiny_bert_outputs.npz
+  (3 rows of 16, 11 and 6 tokens over the 122-token vocabulary)."""
+  ref = np.load(os.path.join(HF, "tiny_bert_outputs.npz"))
+  return {"input_ids": ref["input_ids"].astype(np.int32),
+          "input_mask": ref["attention_mask"].astype(np.int32),
+          "segment_ids": ref["token_type_ids"].astype(np.int32)}
 
 
 def gpt_batch() -> dict:
-  """Three right-padded rows of lengths 12, 9, 4 (padding: segment 0)."""
-  rng = np.random.default_rng(1)
-  ids = np.zeros((3, 12), np.int32)
-  segs = np.zeros_like(ids)
-  for r, n in enumerate([12, 9, 4]):
-    ids[r, :n], segs[r, :n] = rng.integers(0, 320, size=n), 1
-  return dict(input_ids=ids, segment_ids=segs,
-              positions=np.broadcast_to(np.arange(12, dtype=np.int32), ids.shape).copy())
+  """The right-padded batch of tests/testdata/hf/tiny_gpt2_outputs.npz (12, 9, 4 tokens);
+  padding is segment 0."""
+  ref = np.load(os.path.join(HF, "tiny_gpt2_outputs.npz"))
+  ids = ref["input_ids"].astype(np.int32)
+  return {"input_ids": ids, "segment_ids": ref["attention_mask"].astype(np.int32),
+          "positions": np.broadcast_to(np.arange(ids.shape[1], dtype=np.int32),
+                                       ids.shape).copy()}
 
 
 def make_workdir(head: str, workdir: str, steps=((1, None),)):
@@ -146,34 +140,34 @@ def make_workdir(head: str, workdir: str, steps=((1, None),)):
 
 def our_outputs(head: str, task, params) -> dict:
   """Our eval-mode logits on the case's batch, named as transformers names them."""
+  apply = jax.jit(lambda p, b: task.apply(p, b, None, train=False))
   if head == "lm":
-    batch = gpt_batch()
-    return {"logits": np.asarray(task.apply(params, batch, None, train=False)["logits"])}
+    return {"logits": np.asarray(apply(params, gpt_batch())["logits"])}
   batch = bert_batch()
   if head == "pretraining":  # MLM logits at every position
-    positions = np.broadcast_to(np.arange(16, dtype=np.int32), (3, 16)).copy()
-    out = task.apply(params, dict(batch, masked_lm_positions=positions), None, train=False)
+    positions = np.broadcast_to(np.arange(16, dtype=np.int32), (3, 16)).copy()  # [B, T]
+    out = apply(params, dict(batch, masked_lm_positions=positions))
     return {"prediction_logits": np.asarray(out["mlm_logits"]),
             "seq_relationship_logits": np.asarray(out["nsp_logits"])}
-  out = task.apply(params, batch, None, train=False)
+  out = apply(params, batch)
   if head == "squad":
     return {"start_logits": np.asarray(out["start_logits"]),
             "end_logits": np.asarray(out["end_logits"])}
   return {"logits": np.asarray(out["logits"])}
 
 
-def our_sentence_ids(head: str, task) -> list[int]:
-  """Our tokenizer's ids of the case's sentence (specials as our features add them)."""
+def our_ids(head: str, task, text: str) -> list[int]:
+  """The run's tokenizer's ids of `text` (BERT: [CLS] ... [SEP], as our features)."""
   if head == "lm":
     from bert_jax.interop import gpt2  # pylint: disable=g-import-not-at-top
-    return gpt2.load_gpt2_tokenizer(TINY_BPE).encode(SENTENCES["gpt"]).ids
+    return gpt2.load_gpt2_tokenizer(TINY_BPE).encode(text).ids
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
   tok = load_tokenizer(TINY_VOCAB) if head == "pretraining" else task.tokenizer
-  return tok.encode(SENTENCES["bert"]).ids
+  return tok.encode(text).ids
 
 
 def main(out_dir: str) -> None:
-  """Exports every case into out_dir/<head>/ and writes out_dir/inputs.npz."""
+  """Exports every case into out_dir/<head>/."""
   import tempfile  # pylint: disable=g-import-not-at-top
   from bert_jax import export  # pylint: disable=g-import-not-at-top
   os.makedirs(out_dir, exist_ok=True)
@@ -182,10 +176,6 @@ def main(out_dir: str) -> None:
       make_workdir(head, workdir)
       target = os.path.join(out_dir, head)
       print(head, export.export(workdir, target, "latest")[0], "->", target)
-  np.savez(os.path.join(out_dir, "inputs.npz"),
-           **{f"bert/{k}": v for k, v in bert_batch().items()},
-           **{f"gpt/{k}": v for k, v in gpt_batch().items()},
-           sentences=np.array([SENTENCES["bert"], SENTENCES["gpt"]]))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ with open(os.path.join(EXPORT, "tokenizer_ids.json"), encoding="utf-8") as _f:
   TOKEN_IDS = json.load(_f)
 BERT_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json",
               "tokenizer_config.json")
-GPT_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+GPT_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
 def _json(path):
@@ -85,7 +85,9 @@ def test_export_equals_transformers(head, tmp_path):
     np.testing.assert_allclose(value, ref, atol=1e-4, rtol=0, err_msg=name)
 
   # AutoTokenizer of the export gives our tokenizer's ids.
-  assert export_cases.our_sentence_ids(head, task) == TOKEN_IDS[head]["ids"]
+  case = TOKEN_IDS[head]
+  assert export_cases.our_ids(head, task, case["text"]) == case["ids"], case["tokenizer"]
+  assert case["model_max_length"] == task.model_config.max_len  # truncation at our positions
 
 
 def test_best_latest_and_a_step(tmp_path):

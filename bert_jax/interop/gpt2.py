@@ -205,7 +205,8 @@ def load_gpt2(path: str, scan_layers: bool = False) -> tuple[TransformerConfig, 
 
 
 def save_gpt2(path: str, config: TransformerConfig, params: Any, tokenizer=None) -> None:
-  """Writes config.json + model.safetensors (+ tokenizer.json) in GPT2LMHeadModel's layout.
+  """Writes config.json + model.safetensors (+ tokenizer.json, tokenizer_config.json) in
+  GPT2LMHeadModel's layout.
 
   The tied lm_head is left out, as transformers' save_pretrained does.
   """
@@ -217,6 +218,12 @@ def save_gpt2(path: str, config: TransformerConfig, params: Any, tokenizer=None)
   save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
   if tokenizer is not None:
     tokenizer.save(os.path.join(path, "tokenizer.json"))
+    # AutoTokenizer's settings: the context length (truncation), the one special token.
+    tok_config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": config.max_len}
+    if eot is not None:
+      tok_config.update(bos_token=EOT, eos_token=EOT, unk_token=EOT)
+    with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+      json.dump(tok_config, f, indent=2)
 
 
 def load_gpt2_tokenizer(path: str):

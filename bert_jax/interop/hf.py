@@ -324,7 +324,7 @@ def save_hf_bert(path: str, config: TransformerConfig, params: Any,
     f.write("\n")
   save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
   if tokenizer_or_vocab is not None:
-    _save_tokenizer(path, tokenizer_or_vocab)
+    _save_tokenizer(path, tokenizer_or_vocab, config.max_len)
   return hf_config
 
 
@@ -351,7 +351,7 @@ _TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
                     "special_tokens_map.json")
 
 
-def _save_tokenizer(path: str, tokenizer_or_vocab: Any) -> None:
+def _save_tokenizer(path: str, tokenizer_or_vocab: Any, model_max_length: int) -> None:
   if isinstance(tokenizer_or_vocab, (str, os.PathLike)):
     src = os.fspath(tokenizer_or_vocab)
     if os.path.isdir(src):
@@ -369,4 +369,5 @@ def _save_tokenizer(path: str, tokenizer_or_vocab: Any) -> None:
   normalizer = json.loads(tokenizer_or_vocab.to_str()).get("normalizer") or {}
   with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
     json.dump({"tokenizer_class": "BertTokenizer",
-               "do_lower_case": bool(normalizer.get("lowercase", False))}, f, indent=2)
+               "do_lower_case": bool(normalizer.get("lowercase", False)),
+               "model_max_length": model_max_length}, f, indent=2)  # truncation length

@@ -7,6 +7,7 @@ and adds one line to TASKS; the shared loop then trains it.
 from __future__ import annotations
 
 import importlib
+import os
 
 import ml_collections
 
@@ -81,7 +82,6 @@ def _check_export(config: ml_collections.ConfigDict, workdir: str) -> None:
 
 
 def _export_hf(workdir: str) -> None:
-  import os  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   from bert_jax import export  # pylint: disable=g-import-not-at-top
   from bert_jax.train.writer import log  # pylint: disable=g-import-not-at-top
