@@ -54,8 +54,13 @@ class ExportError(ValueError):
   """A workdir, checkpoint or model that cannot be exported (exit code 2)."""
 
 
-def check_exportable(config) -> None:
-  """ExportError unless a run of `config` can be exported (checked before training)."""
+def check_exportable(config, model: bool = False) -> None:
+  """ExportError unless a run of `config` can be exported.
+
+  model: also check that transformers' config can express config.model (pretraining and
+  lm, whose architecture is config.model; fine-tuning's comes from init_from), as
+  config.export_hf does before training.
+  """
   if config.task in REFUSED:
     raise ExportError(f"{config.task}: {REFUSED[config.task]}.")
   if config.task not in KINDS:
@@ -63,6 +68,16 @@ def check_exportable(config) -> None:
                       f"{sorted(KINDS)}.")
   if config.task == "classification" and config.get("pooling", "cls") != "cls":
     raise ExportError(MEAN_POOLING + ".")
+  if model and config.task in ("bert_pretraining", "lm"):
+    from bert_jax.interop import gpt2, hf  # pylint: disable=g-import-not-at-top
+    from bert_jax.train.defaults import transformer_config  # pylint: disable=g-import-not-at-top
+    try:
+      if config.task == "lm":
+        gpt2.gpt2_config_dict(transformer_config(config))
+      else:
+        hf.hf_config_dict(transformer_config(config), [])
+    except ValueError as e:
+      raise ExportError(str(e)) from None
 
 
 def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:

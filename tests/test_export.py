@@ -135,6 +135,13 @@ def test_unexportable_runs_are_one_clear_error(tmp_path):
     registry.run(config, str(tmp_path / "run"))
   assert not os.path.exists(tmp_path / "run")
   assert not os.path.exists(tmp_path / "hf")
+  # A pretraining model transformers' BertConfig cannot express: refused before training.
+  config = export_cases.config_of("pretraining")
+  config.model.pre_ln = True
+  config.export_hf = True
+  with pytest.raises(ValueError, match="export_hf=True: This model has no HF BertConfig .*pre_ln"):
+    registry.run(config, str(tmp_path / "run"))
+  assert not os.path.exists(tmp_path / "run")
 
 
 def test_cli_missing_workdir_is_exit_2(tmp_path):

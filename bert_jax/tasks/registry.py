@@ -76,7 +76,7 @@ def _check_export(config: ml_collections.ConfigDict, workdir: str) -> None:
                      "export afterwards with python -m bert_jax.export --workdir "
                      f"{workdir} --output LOCAL_DIR.")
   try:
-    export.check_exportable(config)
+    export.check_exportable(config, model=True)
   except export.ExportError as e:
     raise ValueError(f"config.export_hf=True: {e}") from None
 
@@ -90,7 +90,7 @@ def _export_hf(workdir: str) -> None:
   output = os.path.join(workdir, "hf")
   try:
     architecture, step_dir = export.export(workdir, output, "best")
-  except export.ExportError as e:  # the checkpoints stay; `python -m bert_jax.export` retries
+  except (ValueError, FileNotFoundError) as e:  # the checkpoints stay: export them later
     raise ValueError(f"config.export_hf: the run finished but its export failed: {e}") from None
   log(f"export_hf: {step_dir} -> {output} ({architecture}; transformers' from_pretrained "
       "loads it)")
