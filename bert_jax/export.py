@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 import ml_collections
 
 from bert_jax import checkpoint, paths
@@ -150,6 +150,8 @@ def main(argv):
   if len(argv) > 1:
     print(f"export: unexpected arguments {argv[1:]}", file=sys.stderr)
     sys.exit(2)
+  if not FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
   for name in ("workdir", "output"):
     if not FLAGS[name].value:
       print(f"export: --{name} is required.", file=sys.stderr)
