@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import json
 import logging
 import shutil
 import time
@@ -68,13 +69,16 @@ class Checkpointer:
                best_metric: Optional[str] = None, best_mode: str = "max"):
     self.directory = paths.resolve(directory)  # gs://bucket/run stays remote
     policies = [ocm.LatestN(n=keep)]
-    if best_metric:
-      policies.append(ocm.BestN(get_metric_fn=lambda m: m[best_metric], n=1,
-                                reverse=(best_mode == "min"),
+    best_fn = _best_fn(best_metric, best_mode) if best_metric else None
+    if best_fn:
+      policies.append(ocm.BestN(get_metric_fn=best_fn, n=1, reverse=(best_mode == "min"),
                                 keep_checkpoints_without_metrics=False))
+    # best_fn in the options too: without it orbax neither writes a step's metrics nor
+    # answers best_step() with anything but the latest step.
     options = ocp.CheckpointManagerOptions(
-        enable_async_checkpointing=async_save, create=True,
-        preservation_policy=ocm.AnyPreservationPolicy(policies), cleanup_tmp_directories=True)
+        enable_async_checkpointing=async_save, create=True, best_fn=best_fn,
+        best_mode=best_mode, preservation_policy=ocm.AnyPreservationPolicy(policies),
+        cleanup_tmp_directories=True)
     # Handlers named up front, so metadata of existing steps is readable before a restore.
     self.manager = ocp.CheckpointManager(self.directory, options=options,
                                          item_handlers=_item_handlers())
@@ -184,6 +188,54 @@ class Checkpointer:
     if tree is None:
       raise FileNotFoundError(f"checkpoint {self.directory}/{step} has no readable state metadata")
     return tree
+
+
+def _best_fn(metric: str, mode: str):
+  """A checkpoint's metrics -> its score; one scored without `metric` ranks last."""
+  worst = float("-inf") if mode == "max" else float("inf")
+  return lambda m: float(m.get(metric, worst))
+
+
+# ------------------------------------------------------------- choosing a step
+def checkpoint_steps(workdir: str):
+  """(workdir/checkpoints as an epath, its saved steps ascending; [] when none)."""
+  directory = paths.resolve(workdir) / "checkpoints"
+  if not directory.is_dir():
+    return directory, []
+  return directory, sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+def read_meta(step_dir) -> dict:
+  """The meta item (task, config, model_config, tokenizer_dir) of one step directory."""
+  return json.loads((paths.resolve(step_dir) / "meta" / "metadata").read_text())
+
+
+def select_step(directory, steps: list[int], which: str, train: dict) -> int:
+  """The step `which` names among `steps` (ascending, not empty) of `directory`.
+
+  which: "latest", a step number, or "best": the best by the run's train config
+  (`best_metric`, `best_mode`), the newest when the run kept no best. ValueError
+  names a step that is not there or an unknown word.
+  """
+  if which == "latest":
+    return steps[-1]
+  if which.isdigit():
+    if int(which) not in steps:
+      raise ValueError(f"--checkpoint {which}: {directory} has steps {steps}.")
+    return int(which)
+  if which != "best":
+    raise ValueError(f"--checkpoint {which!r}: best, latest or a step number.")
+  metric, mode = train.get("best_metric") or "", train.get("best_mode", "max")
+  if not metric:
+    return steps[-1]
+  manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
+      read_only=True, create=False, best_fn=_best_fn(metric, mode), best_mode=mode),
+                                  item_handlers=_item_handlers())
+  try:
+    best = manager.best_step()
+  finally:
+    manager.close()
+  return steps[-1] if best is None else best
 
 
 def _shapes(tree) -> dict[str, tuple]:

@@ -12,7 +12,6 @@ to a temporary name first, so a failed run leaves an existing output as it was.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 import time
@@ -38,42 +37,23 @@ class TranslateError(Exception):
   """Bad usage or input that stops the run (exit code 2)."""
 
 
-def _meta(step_dir: str) -> dict:
-  with open(os.path.join(step_dir, "meta", "metadata"), encoding="utf-8") as f:
-    return json.load(f)
-
-
 def checkpoint_dir(workdir: str, which: str) -> str:
   """workdir/checkpoints/<step> for `which` (best | latest | a step number)."""
   from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
-  directory = os.path.join(os.path.abspath(workdir), "checkpoints")
-  steps = sorted(int(s) for s in os.listdir(directory) if s.isdigit()) \
-      if os.path.isdir(directory) else []
+  directory, steps = checkpoint.checkpoint_steps(workdir)
   if not steps:
     raise TranslateError(f"no checkpoint in {directory}: train one first with "
                          "`python -m bert_jax.main --config configs/translation.py "
                          f"--workdir {workdir}`.")
-  meta = _meta(os.path.join(directory, str(steps[-1])))
+  meta = checkpoint.read_meta(directory / str(steps[-1]))
   if meta.get("task") != "translation":
     raise TranslateError(f"{workdir} holds a {meta.get('task')!r} checkpoint, not a "
                          "translation one (configs/translation.py).")
-  if which == "latest":
-    return os.path.join(directory, str(steps[-1]))
-  if which.isdigit():
-    if int(which) not in steps:
-      raise TranslateError(f"--checkpoint {which}: {directory} has steps {steps}.")
-    return os.path.join(directory, which)
-  if which != "best":
-    raise TranslateError(f"--checkpoint {which!r}: best, latest or a step number.")
-  train = meta["config"]["train"]
-  ckpt = checkpoint.Checkpointer(directory, async_save=False,
-                                 best_metric=train.get("best_metric") or None,
-                                 best_mode=train.get("best_mode", "max"))
   try:
-    step = ckpt.manager.best_step() if train.get("best_metric") else None
-  finally:
-    ckpt.close()
-  return os.path.join(directory, str(step if step is not None else steps[-1]))
+    return str(directory / str(checkpoint.select_step(directory, steps, which,
+                                                      meta["config"]["train"])))
+  except ValueError as e:
+    raise TranslateError(str(e)) from None
 
 
 def load(workdir: str, which: str = "best"):
@@ -81,7 +61,7 @@ def load(workdir: str, which: str = "best"):
   from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks.translation.task import TranslationTask  # pylint: disable=g-import-not-at-top
   step_dir = checkpoint_dir(workdir, which)
-  meta = _meta(step_dir)
+  meta = checkpoint.read_meta(step_dir)
   task = TranslationTask(ml_collections.ConfigDict(meta["config"]))
   tokenizer_dir = meta.get("tokenizer_dir") or os.path.join(workdir, "tokenizer")
   if not os.path.exists(os.path.join(tokenizer_dir, "tokenizer.json")):

