@@ -2,7 +2,9 @@
 the code that consumes them (train_and_evaluate's setup, optim.make_optimizer): a bad
 value is one ValueError naming the key and what it may hold, never a traceback."""
 import math
+import os
 import pathlib
+import subprocess
 import sys
 from unittest import mock
 
@@ -92,3 +94,18 @@ def test_unparsable_override_is_one_line_exit_2(capsys, override, needle):
   assert exit_info.value.code == 2
   err = capsys.readouterr().err.strip()
   assert len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_cli_negative_batch_size_exits_2_with_one_line(tmp_path):
+  """The issue's `--config.train.batch_size=-1`, end to end (the one subprocess here)."""
+  proc = subprocess.run(
+      [sys.executable, "-m", "bert_jax.main", "--config",
+       str(CONFIG.parent / "finetune_classification.py"), "--workdir", str(tmp_path / "w"),
+       "--config.train.batch_size=-1"],
+      capture_output=True, text=True, timeout=300, check=False,
+      env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+  assert len(errors) == 1 and "train.batch_size=-1 must be a positive multiple" in errors[0], (
+      proc.stderr[-2000:])
