@@ -59,6 +59,7 @@ def expected_mesh(shape, n):
 @example(batch=12, mesh=[8, 1, 1], optimizer="adamw")  # 12 not divisible by 8 data-parallel
 @example(batch=32, mesh=[-1, 1, 1], optimizer="adagrad")  # unknown optimizer
 @example(batch=32, mesh=[0, -1, 1], optimizer="adamw")  # was a ZeroDivisionError
+@example(batch=16, mesh=[2, -1, 2], optimizer="lamb")  # valid: (2, 2, 2), 4-way data parallel
 def test_overrides(tmp_path, batch, mesh, optimizer):
   config = parse(f"--config.train.batch_size={batch}",
                  f"--config.mesh_shape=({','.join(map(str, mesh))}{',' if len(mesh) == 1 else ''})",
