@@ -29,12 +29,22 @@ class _Task:
     raise _Reached
 
 
-def parse(*overrides):
-  """parse_flags exactly as `python -m bert_jax.main` runs it, once per call."""
-  argv = ["bert_jax.main", f"--config={CONFIG}", "--workdir=unused", *overrides]
+def _reset_flags():
   cli.FLAGS.unparse_flags()
   for name in [n for n in cli.FLAGS if n.startswith("config.")]:
     delattr(cli.FLAGS, name)  # config_flags defines one flag per override, per parse
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _leave_flags_unparsed():
+  yield
+  _reset_flags()  # other tests in this process see absl's flags as never parsed
+
+
+def parse(*overrides):
+  """parse_flags exactly as `python -m bert_jax.main` runs it, once per call."""
+  argv = ["bert_jax.main", f"--config={CONFIG}", "--workdir=unused", *overrides]
+  _reset_flags()
   with mock.patch.object(sys, "argv", argv):  # config_flags reads overrides from sys.argv
     cli.parse_flags(argv)
   return cli.FLAGS.config
