@@ -42,20 +42,25 @@ LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
 
 
 def mesh_shape(requested: Sequence[int], num_devices: int) -> tuple[int, ...]:
-  """Resolves one -1 entry of a (data, fsdp, tensor) shape so the product is num_devices."""
+  """Resolves one -1 entry of a (data, fsdp, tensor) shape so the product is num_devices.
+
+  Every error names config.mesh_shape and what it may hold.
+  """
   shape = list(requested)
-  if len(shape) != len(MESH_AXES):
-    raise ValueError(f"mesh shape {tuple(requested)} must have {len(MESH_AXES)} entries {MESH_AXES}.")
-  if shape.count(-1) > 1:
-    raise ValueError(f"mesh shape {tuple(requested)}: at most one entry may be -1.")
+  allowed = (f"{len(MESH_AXES)} positive integers {MESH_AXES} whose product is the "
+             f"{num_devices} devices, at most one of them -1 (the rest of the devices)")
+  if (len(shape) != len(MESH_AXES) or shape.count(-1) > 1
+      or not all(isinstance(s, int) and (s > 0 or s == -1) for s in shape)):
+    raise ValueError(f"config.mesh_shape={tuple(requested)}: expected {allowed}.")
   known = math.prod(s for s in shape if s != -1)
   if -1 in shape:
     if num_devices % known:
-      raise ValueError(f"mesh shape {tuple(requested)} does not divide {num_devices} devices.")
+      raise ValueError(f"config.mesh_shape={tuple(requested)} does not divide the "
+                       f"{num_devices} devices: expected {allowed}.")
     shape[shape.index(-1)] = num_devices // known
   if math.prod(shape) != num_devices:
-    raise ValueError(
-        f"mesh shape {tuple(shape)} uses {math.prod(shape)} devices, but {num_devices} are present.")
+    raise ValueError(f"config.mesh_shape={tuple(requested)} uses {math.prod(shape)} "
+                     f"devices, but {num_devices} are present: expected {allowed}.")
   return tuple(shape)
 
 

@@ -111,9 +111,32 @@ def save_vocab(tokenizer: Tokenizer, path: str) -> None:
 
 
 def read_vocab(path: str) -> dict[str, int]:
-  with open(path, encoding="utf-8") as f:
-    # Only the newline is stripped: a vocab may hold whitespace-like tokens.
-    return {line.rstrip("\n"): i for i, line in enumerate(f)}
+  try:
+    with open(path, encoding="utf-8") as f:
+      # Only the newline is stripped: a vocab may hold whitespace-like tokens.
+      return {line.rstrip("\n"): i for i, line in enumerate(f)}
+  except UnicodeDecodeError as e:  # no skipping: a dropped line would shift every id after it
+    with open(path, "rb") as f:
+      line = f.read()[:e.start].count(b"\n") + 1
+    raise ValueError(f"{path}:{line}: not UTF-8 ({e.reason}); a vocab.txt is UTF-8 text, "
+                     "one token a line.") from e
+
+
+def _read_json(path: str):
+  try:
+    with open(path, "rb") as f:
+      return json.loads(f.read().decode("utf-8"))
+  except (ValueError, RecursionError) as e:
+    raise ValueError(f"{path} is not valid UTF-8 JSON: {str(e)[:200]}") from e
+
+
+def _config_lowercase(config_path: str) -> Optional[bool]:
+  """tokenizer_config.json's do_lower_case (None if absent)."""
+  config = _read_json(config_path)
+  value = config.get("do_lower_case") if isinstance(config, dict) else None
+  if value is not None and not isinstance(value, bool):
+    raise ValueError(f"{config_path}: do_lower_case must be true or false, got {value!r}.")
+  return value
 
 
 def _guess_lowercase(vocab: dict[str, int]) -> bool:
@@ -155,7 +178,10 @@ def load_tokenizer(path_or_dir: str, lowercase: Optional[bool] = None) -> Tokeni
     raise FileNotFoundError(f"Tokenizer file {path_or_dir} does not exist.")
 
   if path.endswith(".json"):
-    tok = Tokenizer.from_file(path)
+    try:
+      tok = Tokenizer.from_file(path)
+    except Exception as e:  # pylint: disable=broad-except  (tokenizers raises bare Exception)
+      raise ValueError(f"{path} is not a readable tokenizer.json: {str(e)[:200]}") from e
     if not isinstance(tok.model, models.WordPiece):
       raise ValueError(f"{path} is a {type(tok.model).__name__} tokenizer, not WordPiece.")
     if lowercase is not None:
@@ -166,8 +192,7 @@ def load_tokenizer(path_or_dir: str, lowercase: Optional[bool] = None) -> Tokeni
   vocab = read_vocab(path)
   _check_special(vocab, path)  # before building: a clear error, not a tokenizers panic
   if lowercase is None and config_path and os.path.exists(config_path):
-    with open(config_path, encoding="utf-8") as f:
-      lowercase = json.load(f).get("do_lower_case")
+    lowercase = _config_lowercase(config_path)
   if lowercase is None:
     lowercase = _guess_lowercase(vocab)
   model = models.WordPiece(vocab, unk_token=UNK, max_input_chars_per_word=100)

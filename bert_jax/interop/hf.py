@@ -49,13 +49,35 @@ def read_config_json(path: str) -> tuple[str, dict]:
   config_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
   if not os.path.exists(config_path):
     raise FileNotFoundError(f"No config.json at {path}.")
-  with open(config_path, encoding="utf-8") as f:
-    return config_path, json.load(f)
+  with open(config_path, "rb") as f:
+    try:
+      hf = json.loads(f.read().decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, absurd nesting
+      raise ValueError(f"{config_path} is not valid UTF-8 JSON: {str(e)[:200]}") from e
+  if not isinstance(hf, dict):
+    raise ValueError(f"{config_path} holds a JSON {type(hf).__name__}, not an object.")
+  return config_path, hf
+
+
+_REQUIRED_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                  "intermediate_size", "max_position_embeddings")
+
+
+def _check_fields(hf: dict, config_path: str) -> None:
+  """One clear line for a missing or mistyped field, instead of a KeyError later."""
+  for key in _REQUIRED_INTS:
+    value = hf.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+      raise ValueError(f"{config_path}: {key} must be a positive integer, got {value!r}.")
+  for key in ("model_type", "position_embedding_type", "hidden_act"):
+    if key in hf and not isinstance(hf[key], str):
+      raise ValueError(f"{config_path}: {key} must be a string, got {hf[key]!r}.")
 
 
 def load_hf_config(path: str, **overrides) -> TransformerConfig:
   """An HF BERT config.json (or its directory) -> TransformerConfig (+ field overrides)."""
   config_path, hf = read_config_json(path)
+  _check_fields(hf, config_path)
   if hf.get("model_type", "bert") != "bert":
     raise ValueError(f"{config_path}: model_type {hf['model_type']!r} is not 'bert'.")
   if hf.get("position_embedding_type", "absolute") != "absolute":

@@ -198,9 +198,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   # ---------------------------------------------------------------- (1) setup
   mesh = parallel.create_mesh(tuple(config.mesh_shape))
   nproc, pidx = jax.process_count(), jax.process_index()
-  if tc.batch_size % parallel.data_parallel_size(mesh) or tc.batch_size % nproc:
-    raise ValueError(f"train.batch_size={tc.batch_size} must divide over the "
-                     f"{parallel.data_parallel_size(mesh)} data-parallel devices and "
+  if tc.batch_size <= 0 or tc.batch_size % parallel.data_parallel_size(mesh) or (
+      tc.batch_size % nproc):
+    raise ValueError(f"train.batch_size={tc.batch_size} must be a positive multiple of the "
+                     f"{parallel.data_parallel_size(mesh)} data-parallel devices and the "
                      f"{nproc} processes.")
   host_batch = tc.batch_size // nproc
   writer = MetricWriter(workdir)

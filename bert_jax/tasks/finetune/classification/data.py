@@ -40,8 +40,8 @@ def read_classification_file(
 
   Returns:
     (examples with raw labels, e.g. "1" from CSV: `featurize_classification` maps them
-    through the label list; SkipLog). Skip reasons: malformed_line, missing_field,
-    empty_text, missing_label.
+    through the label list; SkipLog). Skip reasons: malformed_line, non_utf8,
+    missing_field, wrong_type, empty_text, missing_label.
   """
   path = pathlib.Path(path)
   file_format = file_format or {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl",
@@ -56,6 +56,12 @@ def read_classification_file(
     missing = [k for k in keys if k not in record]
     if missing:
       log.skip("missing_field", where, f"no {missing}")
+      continue
+    # JSONL may hold lists/objects: not a text, and an unhashable label for the label map.
+    wrong = [k for k in keys if record[k] is not None
+             and not isinstance(record[k], (str, int, float))]
+    if wrong:
+      log.skip("wrong_type", where, f"{wrong} must be strings or numbers")
       continue
     if files.blank(record[text_a_key]) or (text_b_key and files.blank(record[text_b_key])):
       log.skip("empty_text", where)

@@ -67,13 +67,19 @@ def read_ner_jsonl(path, words_key: str = "tokens", tags_key: Optional[str] = "t
 
 def read_ner_input(path) -> tuple[list[NerExample], SkipLog]:
   """Unlabeled NER input: JSONL of {"tokens": [...]} (.jsonl/.json), else plain text with
-  one sentence per line split on whitespace. Skip reason: empty_text (blank lines)."""
+  one sentence per line split on whitespace. Skip reasons: empty_text (blank lines),
+  non_utf8."""
   if str(path).endswith((".jsonl", ".json")):
     return read_ner_jsonl(path, tags_key=None)
   path = pathlib.Path(path)
   log = SkipLog(str(path))
   examples = []
-  for n, line in enumerate(path.readtfds.text(encoding="utf-8").splitlines(), 1):
+  for n, line in enumerate(path.read_bytes().splitlines(), 1):
+    try:
+      line = line.decode("utf-8")
+    except UnicodeDecodeError:
+      log.skip("non_utf8", f"line {n}")
+      continue
     if line.strip():
       examples.append(NerExample(line.split(), None, f"{path.name}:{n}"))
     else:
@@ -84,8 +90,8 @@ def read_ner_input(path) -> tuple[list[NerExample], SkipLog]:
 
 def read_conll_file(path, tag_column: int = -1) -> tuple[list[NerExample], SkipLog]:
   """CoNLL column files (word first, tag in `tag_column`); blank lines end sentences,
-  -DOCSTART- lines are dropped. Skip reason: malformed_line (a sentence with a line
-  of fewer columns is dropped whole, since its tags would shift)."""
+  -DOCSTART- lines are dropped. Skip reasons: malformed_line (a sentence with a line
+  of fewer columns is dropped whole, since its tags would shift), non_utf8 (likewise)."""
   path = pathlib.Path(path)
   log = SkipLog(str(path))
   examples, words, tags, bad, start = [], [], [], False, 1
@@ -94,16 +100,23 @@ def read_conll_file(path, tag_column: int = -1) -> tuple[list[NerExample], SkipL
     if words and not bad:
       examples.append(NerExample(list(words), list(tags), f"{path.name}:{start}"))
 
-  with open(path, encoding="utf-8") as f:
+  # surrogateescape: a non-UTF-8 byte drops its sentence (counted), not the whole file.
+  with open(path, encoding="utf-8", errors="surrogateescape") as f:
     for n, line in enumerate(f, start=1):
       cols = line.split()
       if not cols or cols[0] == "-DOCSTART-":
         flush()
         words, tags, bad, start = [], [], False, n + 1
         continue
-      if len(cols) < 2:
+      if files.undecodable([line]):
         if not bad:
-          log.skip("malformed_line", f"line {n}", f"{len(cols)} column(s): {line.strip()!r}")
+          log.skip("non_utf8", f"line {n}")
+        bad = True
+        continue
+      if len(cols) < 2 or not -len(cols) <= tag_column < len(cols):
+        if not bad:
+          log.skip("malformed_line", f"line {n}",
+                   f"{len(cols)} column(s), tag column {tag_column}: {line.strip()[:80]!r}")
         bad = True
         continue
       words.append(cols[0])

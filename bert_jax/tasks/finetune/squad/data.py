@@ -32,12 +32,18 @@ def squad_example(record: dict, log: SkipLog, where) -> Optional[SquadExample]:
     return None
   raw = record.get("answers") or []
   if isinstance(raw, dict):  # tfds layout: parallel lists
-    texts, starts = list(raw.get("text", [])), list(raw.get("answer_start", []))
-  else:
+    texts, starts = raw.get("text", []), raw.get("answer_start", [])
+  elif isinstance(raw, (list, tuple)):
     texts = [a.get("text") if isinstance(a, dict) else None for a in raw]
     starts = [a.get("answer_start") if isinstance(a, dict) else None for a in raw]
+  else:
+    texts, starts = None, None
+  # Types checked before use: an answers field of another shape is a counted skip.
+  texts = list(texts) if isinstance(texts, (list, tuple)) else [None]
+  starts = list(starts) if isinstance(starts, (list, tuple)) else [None]
   if len(texts) != len(starts) or not all(
-      isinstance(t, str) and isinstance(s, int) for t, s in zip(texts, starts)):
+      isinstance(t, str) and isinstance(s, int) and not isinstance(s, bool)
+      for t, s in zip(texts, starts)):
     log.skip("malformed_answers", qid, f"{len(texts)} texts, {len(starts)} starts")
     return None
   answers = tuple(Answer(t, s) for t, s in zip(texts, starts))
@@ -68,11 +74,13 @@ def read_squad_json(path) -> tuple[list[SquadExample], SkipLog]:
   """Examples from a SQuAD v1.1/v2.0 JSON file ({"data": [{"paragraphs": ...}]})."""
   path = pathlib.Path(path)
   log = SkipLog(str(path))
-  with open(path, encoding="utf-8") as f:
+  with open(path, "rb") as f:
     try:
-      data = json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path} is not valid JSON: {e}") from e
+      data = json.loads(f.read().decode("utf-8"))
+    # ValueError: invalid JSON or UTF-8, a >4300-digit int; RecursionError: deep nesting.
+    except (ValueError, RecursionError) as e:
+      raise ValueError(f"{path} is not valid UTF-8 JSON: {type(e).__name__}: "
+                       f"{str(e)[:200]}") from e
   if not isinstance(data, dict) or not isinstance(data.get("data"), list):
     raise ValueError(f"{path} lacks the SQuAD top-level {{'data': [...]}} list.")
   records = []
