@@ -5,6 +5,7 @@ packaged all-MiniLM-L6-v2) and tiny_bert_outputs.npz (transformers' BertModel on
 tests/testdata/hf/tiny_bert), both written by scripts/make_hf_fixtures.py.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,8 +88,8 @@ def test_encode_pools_the_module_outputs(tiny):
   for row, text in enumerate(texts):
     ids = np.array([_ids(tiny, text)])                      # [1, len], no padding
     x = np.asarray(tiny.module.apply({"params": tiny.params}, ids)["sequence_output"])[0]
-    np.testing.assert_allclose(mean[row], x.mean(0), atol=1e-5)
-    np.testing.assert_allclose(cls[row], x[0], atol=1e-5)
+    np.testing.assert_allclose(mean[row], x.mean(0), atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(cls[row], x[0], atol=1e-5, rtol=1e-5)
   np.testing.assert_allclose(tiny.encode(texts[0]), mean[0], atol=1e-6)   # str -> [hidden]
   assert tiny.encode([]).shape == (0, 32)
   normalized = tiny.encode(texts, normalize=True)
@@ -97,7 +98,7 @@ def test_encode_pools_the_module_outputs(tiny):
   short = tiny.encode(["the cat sat on the mat"], max_length=4)[0]
   ids = np.array([_ids(tiny, "the cat sat on the mat")[:3] + [_ids(tiny, "")[-1]]])
   x = np.asarray(tiny.module.apply({"params": tiny.params}, ids)["sequence_output"])[0]
-  np.testing.assert_allclose(short, x.mean(0), atol=1e-5)
+  np.testing.assert_allclose(short, x.mean(0), atol=1e-5, rtol=1e-5)
 
 
 def _top_k(model, text, k):
@@ -138,11 +139,15 @@ def test_finetuned_encoder_encodes_but_cannot_fill_masks(tiny, workdirs):
 
 
 def test_bad_paths_are_clear_errors(tmp_path):
-  with pytest.raises(FileNotFoundError, match=f"bert_jax.load: {tmp_path}/nope does not exist"):
+  with pytest.raises(FileNotFoundError,
+                     match=re.escape(f"bert_jax.load: {tmp_path}/nope does not exist")):
     bert_jax.load(str(tmp_path / "nope"))
   (tmp_path / "notes.txt").write_text("hi")
-  with pytest.raises(ValueError, match=f"{tmp_path} is neither a Hugging Face BERT directory"):
+  with pytest.raises(ValueError, match=re.escape(
+      f"bert_jax.load path {tmp_path} is neither a Hugging Face BERT directory")):
     bert_jax.load(tmp_path)
+  with pytest.raises(ValueError, match="model_type 'gpt2' is not 'bert'"):
+    bert_jax.load(os.path.join(HF, "tiny_gpt2"))
   no_vocab = tmp_path / "no_vocab"
   no_vocab.mkdir()
   for name in ("config.json", "model.safetensors"):       # BertModel weights, no vocab
