@@ -1,0 +1,21 @@
+"""bert_jax: BERT and the Transformer family in JAX/Flax.
+
+The Python API (bert_jax/api.py), imported on first use so `import bert_jax` stays cheap
+(no JAX until a model is loaded):
+
+  import bert_jax
+  model = bert_jax.load("all-MiniLM-L6-v2")   # or our workdir, or an HF BERT directory
+  vectors = model.encode(["The cat sat on the mat."])   # [1, 384] float32
+
+The CLIs are `python -m bert_jax.<cli>` or, installed, the bert-jax-* console scripts
+(pyproject.toml [project.scripts]).
+"""
+__all__ = ["load", "Model"]
+
+
+def __getattr__(name):
+  # PEP 562: only these two names load the API (and JAX); submodules import as usual.
+  if name in __all__:
+    from bert_jax import api  # pylint: disable=g-import-not-at-top
+    return getattr(api, name)
+  raise AttributeError(f"module 'bert_jax' has no attribute {name!r}")

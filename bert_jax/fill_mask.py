@@ -49,6 +49,16 @@ def mask_probabilities(config: TransformerConfig, params: dict, ids, positions,
   return np.asarray(jax.nn.softmax(logits, axis=-1))
 
 
+def check_mlm_head(model: loader.Loaded, what: str = "--checkpoint") -> None:
+  """InputError unless `model` is a BERT with its MLM head (what fill-mask needs)."""
+  if model.kind != "bert" or not model.has_mlm_head:
+    raise InputError(f"{what} {model.source} has no MLM head (a {model.kind} "
+                     f"{'encoder-only ' if model.kind == 'bert' else ''}checkpoint, task "
+                     f"{model.task}); fill-mask needs a pretraining checkpoint (our "
+                     "bert_pretraining workdir, or an HF BertForPreTraining / BertForMaskedLM "
+                     "directory)")
+
+
 def fill(model: loader.Loaded, text: str, top_k: int) -> list[list[tuple[str, float]]]:
   """Per [MASK] in the text, in order: the top_k (token, probability)."""
   mask_id = model.tokenizer.token_to_id("[MASK]")
@@ -57,9 +67,9 @@ def fill(model: loader.Loaded, text: str, top_k: int) -> list[list[tuple[str, fl
   ids, _, _ = bert_inputs(model.tokenizer, text)
   positions = [i for i, t in enumerate(ids) if t == mask_id]
   if not positions:
-    raise InputError(f"no [MASK] in --text {text!r}")
+    raise InputError(f"no [MASK] in the text {text!r}")
   if len(ids) > model.config.max_len:
-    raise InputError(f"--text has {len(ids)} tokens; this model takes at most "
+    raise InputError(f"the text has {len(ids)} tokens; this model takes at most "
                      f"{model.config.max_len}")
   probs = mask_probabilities(model.config, model.params, [ids], [positions])[0]  # [P, V]
   out = []
@@ -106,10 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.top_k < 1:
       raise InputError(f"--top_k must be >= 1, got {args.top_k}")
     model = loader.load(args.checkpoint)
-    if model.kind != "bert" or not model.has_mlm_head:
-      raise InputError(f"--checkpoint {args.checkpoint} has no MLM head (a {model.kind} "
-                       f"{'encoder-only ' if model.kind == 'bert' else ''}checkpoint, task "
-                       f"{model.task}); fill-mask needs a pretraining checkpoint")
+    check_mlm_head(model)
     results = [fill(model, text, args.top_k) for text in args.text]
   except InputError as e:
     print(f"fill_mask: error: {e}", file=sys.stderr)

@@ -1,5 +1,9 @@
 """Entry point: `python -m bert_jax.main --config configs/bert_tiny.py --workdir DIR`.
 
+Installed (pip), the same is `bert-jax-train --config bert_jax/configs/bert_tiny.py
+--workdir DIR` from any directory: a --config path that does not exist is looked up in
+the installed package (bert_jax/configs/__init__.py).
+
 Overrides: `--config.train.batch_size=512`; the config is locked, so a misspelled key
 is an error that names it. Multi-host: launched once per host (see launch/), JAX's
 distributed runtime is initialized from the cluster environment or the flags below.
@@ -65,8 +69,12 @@ def main(argv):
 
 def parse_flags(argv):
   """absl's parser, with a misspelled --config.key reported in one line, not a traceback."""
+  from bert_jax import configs  # pylint: disable=g-import-not-at-top
   try:
-    return FLAGS(argv)
+    return FLAGS(configs.resolve_argv(argv))
+  except FileNotFoundError as e:  # the --config file, here nor in the installed package
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
   except flags.Error as e:
     print(f"FATAL Flags parsing error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -77,5 +85,10 @@ def parse_flags(argv):
     sys.exit(2)
 
 
-if __name__ == "__main__":
+def entry():
+  """The `bert-jax-train` console script."""
   app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == "__main__":
+  entry()

@@ -137,5 +137,10 @@ def score(texts: list[str], reference_path: str) -> str:
           f"of {len(refs)} ({s['signature']})")
 
 
-if __name__ == "__main__":
+def entry():
+  """The `bert-jax-translate` console script."""
   app.run(main)
+
+
+if __name__ == "__main__":
+  entry()

@@ -65,7 +65,7 @@ def test_bad_input_one_line_status_2(tmp_path, capsys):
   shutil.copy(os.path.join(TINY, "vocab.txt"), no_head)
   for argv, needle in [
       (["--checkpoint", str(no_head), "--text", "the [MASK]"], "has no MLM head"),
-      (["--checkpoint", TINY, "--text", "the cat sat"], "no [MASK] in --text 'the cat sat'"),
+      (["--checkpoint", TINY, "--text", "the cat sat"], "no [MASK] in the text 'the cat sat'"),
       (["--checkpoint", TINY, "--text", "the [MASK]", "--top_k", "0"], "--top_k must be >= 1"),
       (["--checkpoint", str(tmp_path / "nope"), "--text", "[MASK]"], "does not exist")]:
     assert fill_mask.main(argv) == 2

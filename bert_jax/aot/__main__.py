@@ -45,12 +45,19 @@ def main(argv):
 
 
 def _parse_flags(argv):
+  from bert_jax import configs  # pylint: disable=g-import-not-at-top
   try:
-    return FLAGS(argv)
-  except (flags.Error, AttributeError, KeyError) as e:  # incl. an unknown --config.key
+    return FLAGS(configs.resolve_argv(argv))
+  # An unknown --config.key, or a --config file found neither here nor in the package.
+  except (flags.Error, AttributeError, KeyError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
 
 
-if __name__ == "__main__":
+def entry():
+  """The `bert-jax-aot` console script."""
   app.run(main, flags_parser=_parse_flags)
+
+
+if __name__ == "__main__":
+  entry()

@@ -77,12 +77,13 @@ def _ours(path: str):
                    f"encoder-decoder or GPT model (params: {sorted(plain)})")
 
 
-def load(path: str) -> Loaded:
-  """Loads `path` or raises InputError with one line naming the problem."""
+def load(path: str, what: str = "--checkpoint") -> Loaded:
+  """Loads `path` or raises InputError with one line naming the problem (and `what`: the
+  flag or argument the path came from)."""
   from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
   if not os.path.exists(path):
-    raise InputError(f"--checkpoint {path} does not exist")
+    raise InputError(f"{what} {path} does not exist")
   if os.path.isfile(path) and os.path.basename(path) in ("config.json", "model.safetensors"):
     path = os.path.dirname(path) or "."
   tokenizer_dir: Optional[str]
@@ -94,17 +95,17 @@ def load(path: str) -> Loaded:
     elif pretrained.is_our_checkpoint(path):
       kind, config, params, tokenizer_dir, task = _ours(path)
     else:
-      raise InputError(f"--checkpoint {path} is neither a Hugging Face BERT directory "
+      raise InputError(f"{what} {path} is neither a Hugging Face BERT directory "
                        "(config.json + model.safetensors) nor a bert_jax workdir")
   except InputError:
     raise
   except KeyError as e:  # e.g. a word2vec workdir: its meta has no model_config
-    raise InputError(f"--checkpoint {path} holds no Transformer model this tool can read "
+    raise InputError(f"{what} {path} holds no Transformer model this tool can read "
                      f"(its saved meta has no {e})") from None
   except Exception as e:  # pylint: disable=broad-except  (any unreadable checkpoint)
     detail = str(e).splitlines()[0] if str(e) else type(e).__name__
-    raise InputError(f"cannot load --checkpoint {path}: {detail}") from None
+    raise InputError(f"cannot load {what} {path}: {detail}") from None
   if not tokenizer_dir:
-    raise InputError(f"--checkpoint {path} has no vocab.txt / tokenizer.json")
+    raise InputError(f"{what} {path} has no vocab.txt / tokenizer.json")
   return Loaded(kind, config, params, load_tokenizer(tokenizer_dir), task, path)
 

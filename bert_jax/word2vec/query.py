@@ -61,5 +61,10 @@ def main(argv):
     sys.exit(1)
 
 
-if __name__ == "__main__":
+def entry():
+  """The `bert-jax-word2vec-query` console script."""
   app.run(main)
+
+
+if __name__ == "__main__":
+  entry()
