@@ -164,5 +164,10 @@ def main(argv):
   print(f"export: {step_dir} -> {FLAGS.output} ({architecture})", file=sys.stderr)
 
 
-if __name__ == "__main__":
+def entry():
+  """Console script `bert-jax-export`."""
   app.run(main)
+
+
+if __name__ == "__main__":
+  entry()

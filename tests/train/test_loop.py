@@ -209,7 +209,7 @@ def test_a_full_disk_stops_the_save_in_one_line_and_the_rerun_resumes(
     stop.set()
     if mounted:
       filler.join()
-      subprocess.run(["umount", str(disk)], check=False)
+      subprocess.run(["umount", "-l", str(disk)], check=False)  # lazy: never left mounted
 
 
 def test_unknown_config_key_fails_clearly(tmp_path):
