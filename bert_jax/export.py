@@ -28,10 +28,15 @@ import ml_collections
 
 from bert_jax import checkpoint, paths
 
-flags.DEFINE_string("workdir", None, "A training workdir (checkpoints/<step>/...).")
-flags.DEFINE_string("output", None, "The transformers directory to write.")
-flags.DEFINE_string("checkpoint", "best", "best (by the run's best_metric) | latest | a step.")
 FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """The CLI's flags, defined only when it runs: the registry imports this module for
+  config.export_hf, beside main.py's and translate.py's own --workdir."""
+  flags.DEFINE_string("workdir", None, "A training workdir (checkpoints/<step>/...).")
+  flags.DEFINE_string("output", None, "The transformers directory to write.")
+  flags.DEFINE_string("checkpoint", "best", "best (by the run's best_metric) | latest | a step.")
 
 # config.task -> what it becomes in transformers (hf_layout.MODELS, or "gpt2").
 KINDS = {"bert_pretraining": "pretraining", "classification": "sequence_classification",
@@ -165,7 +170,8 @@ def main(argv):
 
 
 def entry():
-  """Console script `bert-jax-export`."""
+  """Console script `bert-jax-export` (and `python -m bert_jax.export`)."""
+  _define_flags()
   app.run(main)
 
 

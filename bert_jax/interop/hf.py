@@ -77,9 +77,9 @@ def _check_fields(hf: dict, config_path: str) -> None:
 def load_hf_config(path: str, **overrides) -> TransformerConfig:
   """An HF BERT config.json (or its directory) -> TransformerConfig (+ field overrides)."""
   config_path, hf = read_config_json(path)
-  _check_fields(hf, config_path)
-  if hf.get("model_type", "bert") != "bert":
+  if hf.get("model_type", "bert") != "bert":  # first: another model's fields are not BERT's
     raise ValueError(f"{config_path}: model_type {hf['model_type']!r} is not 'bert'.")
+  _check_fields(hf, config_path)
   if hf.get("position_embedding_type", "absolute") != "absolute":
     raise ValueError(f"{config_path}: position_embedding_type "
                      f"{hf['position_embedding_type']!r} is not supported; only 'absolute' "
