@@ -11,6 +11,7 @@ import pathlib
 
 import flax.linen as nn
 import jax
+import numpy as np
 import pytest
 
 from bert_jax import checkpoint
@@ -18,20 +19,25 @@ from bert_jax.tasks import registry
 from bert_jax.tasks.finetune import predict
 from bert_jax.tasks.finetune.squad import data
 from bert_jax.tasks.finetune.squad import metrics as S
+from bert_jax.tasks.finetune.squad.task import V2_METRICS
 from bert_jax.train.defaults import finetune_config
 
 TESTDATA = pathlib.Path(__file__).resolve().parents[3] / "testdata"
 DEV = TESTDATA / "tasks" / "squad_v2_eval" / "dev.json"
 
 
-@pytest.fixture(name="run_predict")
-def _run_predict(monkeypatch):
+def squad_v2_task():
   c = finetune_config("squad", "file", "f1", max_seq_length=48, doc_stride=16,
                       max_query_length=16, version_2_with_negative=True,
                       train_file=str(DEV), eval_file=str(DEV))
   c.init_from = str(TESTDATA / "hf" / "tiny_bert")
   c.predict.update(input_file=str(DEV), batch_size=8)
-  task = registry.get_task(c)
+  return c, registry.get_task(c)
+
+
+@pytest.fixture(name="run_predict")
+def _run_predict(monkeypatch):
+  c, task = squad_v2_task()
   params = nn.unbox(task.init(jax.random.key(0), task.dummy_batch(1, 48))["params"])
   monkeypatch.setattr(checkpoint, "load_params_for_inference",
                       lambda path: (None, params, None))
@@ -66,3 +72,23 @@ def test_an_output_named_like_an_official_file_is_refused(run_predict, tmp_path)
   with pytest.raises(ValueError, match="predictions.json.*choose another name"):
     run_predict(clash)
   assert clash.read_text() == "kept" and not (tmp_path / "null_odds.json").exists()
+
+
+def test_v2_evaluation_reports_the_official_scores_of_those_files(tmp_path):
+  """host_metrics = the official v2.0 evaluation of the files predict mode would write
+  for the same outputs, with --na-prob-thresh = data.null_score_diff_threshold."""
+  _, task = squad_v2_task()
+  task.prepare(str(tmp_path))
+  n, length = task.eval_features["input_ids"].shape
+  rng = np.random.default_rng(0)
+  outputs = {"feature_index": np.arange(n, dtype=np.int32),  # [F]
+             "start_logits": rng.normal(size=(n, length)).astype(np.float32),  # [F, L]
+             "end_logits": rng.normal(size=(n, length)).astype(np.float32)}
+  got = task.host_metrics(outputs)
+  files = task.official_prediction_files(task.eval_examples, task.eval_features, outputs)
+  want = S.squad_v2_scores(data.squad_gold_answers(task.eval_examples),
+                           files["predictions.json"], na_probs=files["null_odds.json"],
+                           na_prob_thresh=0.0)
+  assert want["total"] == 7 and set(V2_METRICS) <= set(want)
+  assert got == {"exact_match": want["exact"], "f1": want["f1"],
+                 **{k: want[k] for k in V2_METRICS}}
