@@ -60,6 +60,16 @@ def predict(config: ml_collections.ConfigDict, workdir: str, task, step_dir: str
 
   `task` is a HostScored task built from `task_config(config, step_dir)`.
   """
+  out_path = str(paths.resolve(config.predict.output_file or
+                               os.path.join(workdir, "predictions.jsonl")))
+  # A task with an official evaluation script (SQuAD) also writes that script's input
+  # files beside the JSONL; refused now, not after the model has run, if one of them
+  # would replace the JSONL.
+  official_names = getattr(task, "official_file_names", ())
+  if os.path.basename(out_path) in official_names:
+    raise ValueError(f"predict.output_file {out_path} has the name of an official file "
+                     f"written beside it ({', '.join(official_names)}); choose another "
+                     "name.")
   _, params, _ = checkpoint.load_params_for_inference(step_dir)
   params = unrolled_to_scan(params) if task.model_config.scan_layers else \
       scan_to_unrolled(params)
@@ -79,21 +89,14 @@ def predict(config: ml_collections.ConfigDict, workdir: str, task, step_dir: str
   outputs = [jax.device_get(fn(params, batch)) for batch in batches]
   outputs = {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
 
-  out_path = str(paths.resolve(config.predict.output_file or
-                               os.path.join(workdir, "predictions.jsonl")))
-  # A task with an official evaluation script (SQuAD) also writes that script's input
-  # files beside the JSONL ({name: JSON-able object}).
-  official_files = getattr(task, "official_prediction_files", None)
-  official = official_files(examples, features, outputs) if official_files else {}
-  if os.path.basename(out_path) in official:
-    raise ValueError(f"predict.output_file {out_path} has the name of an official file "
-                     f"written beside it ({', '.join(official)}); choose another name.")
   count = 0
   with _atomic(out_path) as f:
     for record in task.prediction_records(examples, features, outputs):
       f.write(json.dumps(record, ensure_ascii=False) + "\n")
       count += 1
   log(f"predict: {count} predictions from {step_dir} -> {out_path}")
+  official = task.official_prediction_files(examples, features, outputs) \
+      if official_names else {}
   for name, obj in official.items():
     path = str(paths.resolve(out_path).parent / name)
     with _atomic(path) as f:

@@ -116,6 +116,11 @@ class SquadTask(FinetuneTask):
                "nbest": [{k: c[k] for k in ("text", "probability")}
                          for c in preds.nbest[ex.qid][:5]]}
 
+  @property
+  def official_file_names(self) -> tuple[str, ...]:
+    """What predict mode writes beside its JSONL (`official_prediction_files`)."""
+    return ("predictions.json", "null_odds.json") if self.version_2 else ("predictions.json",)
+
   def official_prediction_files(self, examples, features, outputs) -> dict:
     """The official evaluation script's inputs: predictions.json (qid -> answer text, ""
     for no answer) and, for v2.0, null_odds.json (qid -> null score - best span score;
@@ -123,7 +128,5 @@ class SquadTask(FinetuneTask):
       python evaluate-v2.0.py dev-v2.0.json predictions.json --na-prob-file null_odds.json
     """
     preds = self.answers(examples, features, outputs)
-    files = {"predictions.json": preds.texts}
-    if self.version_2:
-      files["null_odds.json"] = preds.null_score_diff
-    return files
+    files = {"predictions.json": preds.texts, "null_odds.json": preds.null_score_diff}
+    return {name: files[name] for name in self.official_file_names}
