@@ -36,7 +36,8 @@ def ner_config(tmp_path, mode=None):
   path = tmp_path / "ner.jsonl"
   path.write_text("".join(json.dumps({"tokens": w, "tags": t}) + "\n" for w, t in SENTENCES))
   c.init_from = str(TINY_BERT)
-  c.data.update(train_file=str(path), eval_file=str(path), max_seq_length=32)
+  c.data.update(train_file=str(path), eval_file=str(path), max_seq_length=32,
+                labels="O,B-PER,I-PER,B-LOC,I-LOC,B-ORG,I-ORG,B-MISC,I-MISC")
   if mode:
     c.ner_mode = mode
   return c

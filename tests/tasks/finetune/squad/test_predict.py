@@ -3,8 +3,8 @@
 predictions.json (qid -> answer text, "" for no answer) and null_odds.json (qid -> null
 score - best span score), as google-research/bert's run_squad.py writes them for
 `evaluate-v2.0.py dev.json predictions.json --na-prob-file null_odds.json`. The
-weights are the committed tiny BERT's encoder with a fresh head (predict's checkpoint
-read is replaced): the files' format and consistency are under test, not the answers.
+weights are random, of the tiny BERT task's shapes (predict's checkpoint read is
+replaced): the files' format and consistency are under test, not the answers.
 """
 import json
 import pathlib
@@ -38,9 +38,17 @@ def squad_v2_task():
 @pytest.fixture(name="run_predict")
 def _run_predict(monkeypatch):
   c, task = squad_v2_task()
-  params = nn.unbox(task.init(jax.random.key(0), task.dummy_batch(1, 48))["params"])
-  monkeypatch.setattr(checkpoint, "load_params_for_inference",
-                      lambda path: (None, params, None))
+
+  def random_params(path):  # the checkpoint's shapes, random values (no init compile)
+    del path
+    rng = np.random.default_rng(0)
+    shapes = nn.unbox(jax.eval_shape(task.init, jax.random.key(0),
+                                     task.dummy_batch(1, 48))["params"])
+    params = jax.tree_util.tree_map(
+        lambda s: (0.2 * rng.standard_normal(s.shape)).astype(s.dtype), shapes)
+    return None, params, None
+
+  monkeypatch.setattr(checkpoint, "load_params_for_inference", random_params)
 
   def run(output_file):
     c.predict.output_file = str(output_file)
@@ -81,11 +89,17 @@ def test_v2_evaluation_reports_the_official_scores_of_those_files(tmp_path):
   task.prepare(str(tmp_path))
   n, length = task.eval_features["input_ids"].shape
   rng = np.random.default_rng(0)
+  start = rng.normal(size=(n, length)).astype(np.float32)  # [F, L]
+  end = rng.normal(size=(n, length)).astype(np.float32)  # [F, L]
+  # The null answer ([CLS], position 0) wins on the unanswerable questions' windows.
+  qids = [task.eval_examples[e].qid for e in task.eval_features["example_index"]]
+  start[:, 0] += np.where([q.startswith("n") for q in qids], 10.0, -10.0)
   outputs = {"feature_index": np.arange(n, dtype=np.int32),  # [F]
-             "start_logits": rng.normal(size=(n, length)).astype(np.float32),  # [F, L]
-             "end_logits": rng.normal(size=(n, length)).astype(np.float32)}
+             "start_logits": start, "end_logits": end}
   got = task.host_metrics(outputs)
   files = task.official_prediction_files(task.eval_examples, task.eval_features, outputs)
+  texts = files["predictions.json"]
+  assert {q for q, t in texts.items() if t == ""} == {"n1", "n2", "n3"}
   want = S.squad_v2_scores(data.squad_gold_answers(task.eval_examples),
                            files["predictions.json"], na_probs=files["null_odds.json"],
                            na_prob_thresh=0.0)
