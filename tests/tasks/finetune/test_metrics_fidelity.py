@@ -33,7 +33,7 @@ TOL = 1e-12
 @pytest.fixture(autouse=True)
 def _quiet_references():
   """The references warn on ill-defined ratios; the values are what is compared. Their
-  argument validation is skipped: it does not change a value, and is most of the time."""
+  argument validation is skipped: it changes no value and is most of their run time."""
   with warnings.catch_warnings(), sklearn.config_context(skip_parameter_validation=True):
     warnings.simplefilter("ignore")
     yield
