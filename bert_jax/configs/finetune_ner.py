@@ -8,6 +8,7 @@ Your own data (JSONL {"tokens": [...], "tags": [...]}, or CoNLL columns):
       --config.data.train_file=train.jsonl --config.data.eval_file=dev.jsonl
 Predict: add --config.mode=predict --config.predict.input_file=sentences.txt.
 Metric: entity-level micro F1 with seqeval's definition; the best epoch is kept by it.
+Strict IOB2 entities (seqeval mode="strict", scheme=IOB2): add --config.ner_mode=strict.
 """
 from bert_jax.train.defaults import finetune_config
 
@@ -19,4 +20,7 @@ def get_config(arg=None):
   eval_split = "dev" if arg == "conll2003" else "validation"
   c = finetune_config("ner", arg, "f1", eval_split=eval_split)
   c.train.learning_rate = 5e-5
+  # Entities for the metrics: "default" (seqeval's default, conlleval-like: an I- tag
+  # after O opens a chunk) | "strict" (seqeval's strict IOB2: only B-X I-X... chunks).
+  c.ner_mode = "default"
   return c

@@ -7,8 +7,15 @@ percentages live in `squad/metrics.py`). Definitions follow the references exact
   * accuracy, binary F1, per-class precision/recall/F1 and macro-F1: sklearn, with
     `zero_division=0` (a class never predicted has precision 0, not NaN);
   * Matthews correlation (CoLA): sklearn's multiclass formula, 0 when undefined;
-  * Pearson and Spearman (STS-B): scipy.stats (Spearman = Pearson of average ranks);
-  * entity precision/recall/F1: seqeval's default (non-strict, conlleval) mode.
+  * Pearson and Spearman (STS-B): scipy.stats (Spearman = Pearson of average ranks),
+    NaN when an input is constant (scipy's exact-equality test);
+  * entity precision/recall/F1: seqeval's default (conlleval-like) mode, or its strict
+    IOB2 mode (`mode="strict", scheme=IOB2`).
+
+tests/tasks/finetune/test_metrics_fidelity.py checks all of them against sklearn, scipy
+and seqeval on 1,000 random cases each, and lists where we deliberately differ (we
+raise on malformed tags where seqeval warns; Pearson of one value is NaN where scipy
+raises).
 """
 from __future__ import annotations
 
@@ -66,8 +73,10 @@ def precision_recall_f1(labels, predictions, classes: Optional[Sequence] = None)
   n_pred, n_gold = pred.sum(axis=1), gold.sum(axis=1)
   precision = np.divide(tp, n_pred, out=np.zeros(len(classes)), where=n_pred > 0)
   recall = np.divide(tp, n_gold, out=np.zeros(len(classes)), where=n_gold > 0)
-  pr = precision + recall
-  f1 = np.divide(2 * precision * recall, pr, out=np.zeros(len(classes)), where=pr > 0)
+  # sklearn's form 2 tp / (gold + predicted): the same value as 2PR / (P + R), and the
+  # same rounding as sklearn's.
+  both = n_gold + n_pred
+  f1 = np.divide(2 * tp, both, out=np.zeros(len(classes)), where=both > 0)
   return {"classes": classes, "precision": precision, "recall": recall, "f1": f1,
           "support": n_gold.astype(np.int64)}
 
@@ -95,9 +104,17 @@ def matthews_corrcoef(labels, predictions) -> float:
 
 
 # ----------------------------------------------------------------------- regression
+def _constant(x: np.ndarray) -> bool:
+  # Exact equality, as scipy tests it: mean-centring [0.1] * 3 leaves ~1e-17 residues
+  # whose "correlation" would be noise.
+  return bool(np.all(x == x[0]))
+
+
 def pearson(labels, predictions) -> float:
   """Pearson's r; NaN if either side is constant (as scipy, which also warns)."""
   x, y = (np.asarray(a, dtype=np.float64) for a in _as_pair(labels, predictions))
+  if _constant(x) or _constant(y):
+    return float("nan")
   x, y = x - x.mean(), y - y.mean()
   denom = np.sqrt((x @ x) * (y @ y))
   return float(x @ y / denom) if denom > 0 else float("nan")
@@ -116,12 +133,17 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
 
 
 def spearman(labels, predictions) -> float:
-  """Spearman's rho: Pearson's r of the tie-averaged ranks."""
+  """Spearman's rho: Pearson's r of the tie-averaged ranks; NaN if an input has a NaN."""
   x, y = (np.asarray(a, dtype=np.float64) for a in _as_pair(labels, predictions))
+  if np.isnan(x).any() or np.isnan(y).any():  # scipy's nan_policy="propagate"
+    return float("nan")
   return pearson(_average_ranks(x), _average_ranks(y))
 
 
 # ------------------------------------------------------------------------- entities
+ENTITY_MODES = ("default", "strict")
+
+
 def _split_tag(tag: str) -> tuple[str, str]:
   """'B-PER' -> ('B', 'PER'); 'O' -> ('O', '_'); a bare 'B' -> ('B', '_') (as seqeval)."""
   return tag[0], (tag[1:].split("-", maxsplit=1)[-1] or "_")
@@ -165,27 +187,62 @@ def get_entities(tags: Sequence[str]) -> list[tuple[str, int, int]]:
   return chunks
 
 
+def get_entities_strict(tags: Sequence[str]) -> list[tuple[str, int, int]]:
+  """Chunks (type, first, last) as seqeval's strict IOB2 mode reads them.
+
+  A chunk is a B-X followed by the longest run of I-X; nothing else is one. An I- tag
+  that does not continue such a run (after O, or after a chunk of another type) is
+  dropped, not repaired, so a model that emits ill-formed sequences is not credited
+  for them. The type is the text after the prefix with dashes stripped ('B' -> '_').
+  E-/S- tags are not IOB2 and raise, as in seqeval.
+  """
+  parsed = []
+  for t in tags:
+    if t[:1] not in ("O", "B", "I"):
+      raise ValueError(f"Invalid tag {t!r} for the strict IOB2 mode: expected O, B-X or "
+                       "I-X (IOBES and other schemes only in the default mode).")
+    parsed.append((t[0], t[1:].strip("-") or "_"))
+  chunks, i = [], 0
+  while i < len(parsed):
+    prefix, type_ = parsed[i]
+    if prefix != "B":
+      i += 1
+      continue
+    last = i
+    while last + 1 < len(parsed) and parsed[last + 1] == ("I", type_):
+      last += 1
+    chunks.append((type_, i, last))
+    i = last + 1
+  return chunks
+
+
 def entity_scores(gold_tags: Sequence[Sequence[str]],
-                  pred_tags: Sequence[Sequence[str]]) -> dict:
+                  pred_tags: Sequence[Sequence[str]], mode: str = "default") -> dict:
   """seqeval-compatible micro precision/recall/F1 over entities, plus per-type scores.
 
   Args:
     gold_tags, pred_tags: one list of tags per sentence, equal lengths pairwise.
       Chunks never cross sentences (seqeval joins sentences with an 'O').
+    mode: "default" (seqeval's default, conlleval-like: `get_entities`) or "strict"
+      (seqeval's `mode="strict", scheme=IOB2`: `get_entities_strict`).
 
   Returns:
     {"precision", "recall", "f1": floats (micro), "num_gold", "num_pred", "num_correct",
      "per_type": {type: {"precision", "recall", "f1", "support"}}} where per_type covers
-    every type seen in gold or predictions.
+    every type seen in gold or predictions. A ratio with a zero denominator is 0
+    (seqeval's zero_division default).
   """
+  if mode not in ENTITY_MODES:
+    raise ValueError(f"Unknown entity mode {mode!r}: one of {ENTITY_MODES}.")
+  decode = get_entities if mode == "default" else get_entities_strict
   if len(gold_tags) != len(pred_tags):
     raise ValueError(f"{len(gold_tags)} gold sentences but {len(pred_tags)} predicted.")
   gold, pred = set(), set()
   for s, (g, p) in enumerate(zip(gold_tags, pred_tags)):
     if len(g) != len(p):
       raise ValueError(f"Sentence {s}: {len(g)} gold tags but {len(p)} predicted.")
-    gold.update((s,) + e for e in get_entities(g))
-    pred.update((s,) + e for e in get_entities(p))
+    gold.update((s,) + e for e in decode(g))
+    pred.update((s,) + e for e in decode(p))
 
   def prf(g: set, p: set) -> dict:
     correct = len(g & p)

@@ -9,10 +9,13 @@ need no labels: classification reads the config's text columns (CSV/TSV/JSONL), 
 JSONL of {"tokens": [...]} or plain text (one sentence per line, split on whitespace),
 SQuAD a SQuAD-format JSON. Unusable records are counted and skipped (the summary says
 which); the output is written to a temporary file first, so a failed run leaves an
-existing output file as it was.
+existing output file as it was. SQuAD also writes the official evaluation script's
+inputs beside it: predictions.json (question id -> answer, "" for no answer) and, for
+v2.0, null_odds.json (question id -> null score - best span score).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -57,6 +60,16 @@ def predict(config: ml_collections.ConfigDict, workdir: str, task, step_dir: str
 
   `task` is a HostScored task built from `task_config(config, step_dir)`.
   """
+  out_path = str(paths.resolve(config.predict.output_file or
+                               os.path.join(workdir, "predictions.jsonl")))
+  # A task with an official evaluation script (SQuAD) also writes that script's input
+  # files beside the JSONL; refused now, not after the model has run, if one of them
+  # would replace the JSONL.
+  official_names = getattr(task, "official_file_names", ())
+  if os.path.basename(out_path) in official_names:
+    raise ValueError(f"predict.output_file {out_path} has the name of an official file "
+                     f"written beside it ({', '.join(official_names)}); choose another "
+                     "name.")
   _, params, _ = checkpoint.load_params_for_inference(step_dir)
   params = unrolled_to_scan(params) if task.model_config.scan_layers else \
       scan_to_unrolled(params)
@@ -76,14 +89,27 @@ def predict(config: ml_collections.ConfigDict, workdir: str, task, step_dir: str
   outputs = [jax.device_get(fn(params, batch)) for batch in batches]
   outputs = {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
 
-  out_path = str(paths.resolve(config.predict.output_file or
-                               os.path.join(workdir, "predictions.jsonl")))
-  tmp = paths.resolve(out_path + ".tmp")
   count = 0
-  with tmp.open("w") as f:  # local or gs:// (epath)
+  with _atomic(out_path) as f:
     for record in task.prediction_records(examples, features, outputs):
       f.write(json.dumps(record, ensure_ascii=False) + "\n")
       count += 1
-  tmp.replace(out_path)
   log(f"predict: {count} predictions from {step_dir} -> {out_path}")
+  official = task.official_prediction_files(examples, features, outputs) \
+      if official_names else {}
+  for name, obj in official.items():
+    path = str(paths.resolve(out_path).parent / name)
+    with _atomic(path) as f:
+      json.dump(obj, f, ensure_ascii=False, indent=1)
+    log(f"predict: {name} ({len(obj)} entries, official evaluation format) -> {path}")
   return out_path
+
+
+@contextlib.contextmanager
+def _atomic(path: str):
+  """A text file written to path.tmp, moved onto path only when complete (local or
+  gs://), so a failed run leaves an existing file as it was."""
+  tmp = paths.resolve(path + ".tmp")
+  with tmp.open("w") as f:
+    yield f
+  tmp.replace(path)

@@ -144,12 +144,15 @@ def test_squad_v1_max_over_gold_and_missing_counts_zero():
 
 
 def test_squad_v2_no_answer_semantics_and_threshold():
-  gold = {"q1": ["Paris"], "q2": [], "q3": [""], "q4": ["Rome"]}
-  preds = {"q1": "paris", "q2": "", "q3": "something", "q4": ""}
+  gold = {"q1": ["Paris"], "q2": [], "q3": [""], "q4": ["Rome"], "q5": []}
+  preds = {"q1": "paris", "q2": "", "q3": "something", "q4": "", "q5": "Lyon"}
   r = S.squad_v2_scores(gold, preds)
-  assert r["exact"] == pytest.approx(50.0) and r["f1"] == pytest.approx(50.0)
-  assert (r["HasAns_total"], r["HasAns_exact"]) == (2, pytest.approx(50.0))
+  # q1 and q2 right: 2 of 5. q3's only gold text is blank, so "" would be its only
+  # correct answer; it still has an answer list, which is what HasAns means officially.
+  assert r["exact"] == pytest.approx(40.0) and r["f1"] == pytest.approx(40.0)
+  assert (r["HasAns_total"], r["HasAns_exact"]) == (3, pytest.approx(100 / 3))
   assert (r["NoAns_total"], r["NoAns_exact"]) == (2, pytest.approx(50.0))
-  # A no-answer probability above the threshold turns q3's prediction into "".
-  r = S.squad_v2_scores(gold, preds, na_probs={"q3": 0.9}, na_prob_thresh=0.5)
-  assert r["exact"] == pytest.approx(75.0)
+  # A no-answer probability above the threshold scores q5 as if predicted "".
+  na = {"q1": 0.1, "q2": 0.1, "q3": 0.1, "q4": 0.1, "q5": 0.9}
+  r = S.squad_v2_scores(gold, preds, na_probs=na, na_prob_thresh=0.5)
+  assert r["exact"] == pytest.approx(60.0)

@@ -2,7 +2,8 @@
 
 Data (config.data.source): "conll2003" (tfds) | "file" (.jsonl or CoNLL columns), read
 by data.py; features.py aligns tags to sub-tokens and maps predictions back to words;
-scored with seqeval's entity F1 (tasks/finetune/metrics.py).
+scored with seqeval's entity F1 (tasks/finetune/metrics.py), in seqeval's default
+mode or, with config.ner_mode="strict", its strict IOB2 mode.
 """
 from __future__ import annotations
 
@@ -37,6 +38,16 @@ class NerTask(FinetuneTask):
         log_line(f"ner: tags from {config.data.train_file}: {self.label_list}")
     else:
       raise ValueError(f"ner: data.source={src!r}; expected 'conll2003' or 'file'.")
+    # How entities are read from tags for the metrics: seqeval's default (conlleval-like,
+    # an I- after O opens a chunk) or its strict IOB2 mode (only B-X I-X... chunks).
+    self.entity_mode = config.get("ner_mode", "default")
+    if self.entity_mode not in metrics_lib.ENTITY_MODES:
+      raise ValueError(f"ner: ner_mode={self.entity_mode!r}; expected one of "
+                       f"{metrics_lib.ENTITY_MODES}.")
+    not_iob2 = [t for t in self.label_list if t[:1] not in ("O", "B", "I")]
+    if self.entity_mode == "strict" and not_iob2:  # now, not at the first evaluation
+      raise ValueError(f"ner: ner_mode='strict' reads IOB2 tags (O, B-X, I-X), but the "
+                       f"label set has {not_iob2}; use ner_mode='default'.")
     super().__init__(config)
 
   def build_model(self, model_config):
@@ -94,7 +105,7 @@ class NerTask(FinetuneTask):
   def host_metrics(self, outputs):
     index, pred = self.word_tags(self.eval_features, outputs)
     gold = [list(self.eval_examples[i].tags) for i in index]
-    scores = metrics_lib.entity_scores(gold, pred)
+    scores = metrics_lib.entity_scores(gold, pred, mode=self.entity_mode)
     result = {k: float(scores[k]) for k in ("precision", "recall", "f1")}
     for t, s in scores["per_type"].items():
       result[f"f1/{t}"] = float(s["f1"])

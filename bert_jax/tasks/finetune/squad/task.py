@@ -18,6 +18,11 @@ from bert_jax.tasks.finetune.tfds import tfds_kwargs
 from bert_jax.train import losses
 
 
+# The official v2.0 keys reported beside exact_match / f1 (squad_metrics.squad_v2_scores).
+V2_METRICS = ("HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1", "best_exact",
+              "best_exact_thresh", "best_f1", "best_f1_thresh")
+
+
 class SquadTask(FinetuneTask):
   """Span extraction: start/end logits over the tokens, doc-stride windows, n-best."""
 
@@ -73,22 +78,35 @@ class SquadTask(FinetuneTask):
                 end_logits=out["end_logits"])
 
   def answers(self, examples, features, outputs):
+    """postprocess_squad of these outputs. The last result is kept: predict mode asks
+    twice for the same outputs (the JSONL, then the official files)."""
+    key = (examples, features, outputs)
+    cached = self.__dict__.get("_last_answers")
+    if cached and all(a is b for a, b in zip(cached[0], key)):
+      return cached[1]
     o = self.ordered(outputs)
     kept = {k: v[o["feature_index"]] for k, v in features.items()}
     d = self.config.data
-    return postprocess_squad(examples, kept, o["start_logits"], o["end_logits"],
-                             n_best_size=d.n_best_size, max_answer_length=d.max_answer_length,
-                             version_2=self.version_2,
-                             null_score_diff_threshold=d.null_score_diff_threshold)
+    preds = postprocess_squad(examples, kept, o["start_logits"], o["end_logits"],
+                              n_best_size=d.n_best_size, max_answer_length=d.max_answer_length,
+                              version_2=self.version_2,
+                              null_score_diff_threshold=d.null_score_diff_threshold)
+    self._last_answers = (key, preds)
+    return preds
 
   def host_metrics(self, outputs):
     preds = self.answers(self.eval_examples, self.eval_features, outputs)
     gold = data.squad_gold_answers(self.eval_examples)
-    if self.version_2:
-      scores = squad_metrics.squad_v2_scores(gold, preds.texts)
-      return {"exact_match": scores["exact"], "f1": scores["f1"]}
-    scores = squad_metrics.squad_v1_scores(gold, preds.texts)
-    return {"exact_match": scores["exact_match"], "f1": scores["f1"]}
+    if not self.version_2:
+      scores = squad_metrics.squad_v1_scores(gold, preds.texts)
+      return {"exact_match": scores["exact_match"], "f1": scores["f1"]}
+    # What the official script prints for our predictions.json with
+    # `--na-prob-file null_odds.json --na-prob-thresh <our null_score_diff_threshold>`.
+    scores = squad_metrics.squad_v2_scores(
+        gold, preds.texts, na_probs=preds.null_score_diff,
+        na_prob_thresh=float(self.config.data.null_score_diff_threshold))
+    return {"exact_match": scores["exact"], "f1": scores["f1"],
+            **{k: scores[k] for k in V2_METRICS if k in scores}}
 
   def prediction_records(self, examples, features, outputs):
     preds = self.answers(examples, features, outputs)
@@ -97,3 +115,18 @@ class SquadTask(FinetuneTask):
         yield {"id": ex.qid, "answer": preds.texts[ex.qid],
                "nbest": [{k: c[k] for k in ("text", "probability")}
                          for c in preds.nbest[ex.qid][:5]]}
+
+  @property
+  def official_file_names(self) -> tuple[str, ...]:
+    """What predict mode writes beside its JSONL (`official_prediction_files`)."""
+    return ("predictions.json", "null_odds.json") if self.version_2 else ("predictions.json",)
+
+  def official_prediction_files(self, examples, features, outputs) -> dict:
+    """The official evaluation script's inputs: predictions.json (qid -> answer text, ""
+    for no answer) and, for v2.0, null_odds.json (qid -> null score - best span score;
+    Infinity when a question has no valid span), as run_squad.py writes them:
+      python evaluate-v2.0.py dev-v2.0.json predictions.json --na-prob-file null_odds.json
+    """
+    preds = self.answers(examples, features, outputs)
+    files = {"predictions.json": preds.texts, "null_odds.json": preds.null_score_diff}
+    return {name: files[name] for name in self.official_file_names}
