@@ -31,6 +31,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this process only reads checkpoints
 
 TASKS = {
     "pretraining": ["--config=configs/bert_tiny.py", "--config.train.num_steps=200",
