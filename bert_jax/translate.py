@@ -21,16 +21,21 @@ import jax
 import ml_collections
 import numpy as np
 
-flags.DEFINE_string("workdir", None, "A configs/translation.py training workdir.")
-flags.DEFINE_string("input", "-", "Source sentences, one per line ('-': stdin).")
-flags.DEFINE_string("output", "-", "Translations, one per line ('-': stdout).")
-flags.DEFINE_integer("beam_size", 4, "Beam width; 1 is greedy search.")
-flags.DEFINE_float("alpha", 0.6, "GNMT length penalty exponent ((5 + len) / 6)^alpha.")
-flags.DEFINE_string("checkpoint", "best", "best (by the run's best_metric) | latest | a step.")
-flags.DEFINE_integer("batch_size", 64, "Sentences per decoding batch.")
-flags.DEFINE_string("reference", "", "Optional reference translations (line-aligned with "
-                    "--input): corpus BLEU / chrF (sacreBLEU) and exact match on stderr.")
 FLAGS = flags.FLAGS
+
+
+def _define_flags() -> None:
+  """The CLI's flags, defined only when it runs (tests and the export import this module
+  beside main.py, which has its own --workdir)."""
+  flags.DEFINE_string("workdir", None, "A configs/translation.py training workdir.")
+  flags.DEFINE_string("input", "-", "Source sentences, one per line ('-': stdin).")
+  flags.DEFINE_string("output", "-", "Translations, one per line ('-': stdout).")
+  flags.DEFINE_integer("beam_size", 4, "Beam width; 1 is greedy search.")
+  flags.DEFINE_float("alpha", 0.6, "GNMT length penalty exponent ((5 + len) / 6)^alpha.")
+  flags.DEFINE_string("checkpoint", "best", "best (by the run's best_metric) | latest | a step.")
+  flags.DEFINE_integer("batch_size", 64, "Sentences per decoding batch.")
+  flags.DEFINE_string("reference", "", "Optional reference translations (line-aligned with "
+                      "--input): corpus BLEU / chrF (sacreBLEU) and exact match on stderr.")
 
 
 class TranslateError(Exception):
@@ -138,7 +143,8 @@ def score(texts: list[str], reference_path: str) -> str:
 
 
 def entry():
-  """The `bert-jax-translate` console script."""
+  """The `bert-jax-translate` console script (and `python -m bert_jax.translate`)."""
+  _define_flags()
   app.run(main)
 
 

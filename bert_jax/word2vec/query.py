@@ -17,12 +17,17 @@ from absl import app, flags
 from bert_jax.word2vec.vectors import WordVectors, load_word2vec_format
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("vectors", None, "word2vec text or binary file.")
-flags.DEFINE_list("neighbors", [], "Words whose nearest neighbours to print.")
-flags.DEFINE_multi_string("analogy", [], "a,b,c: print the words nearest a - b + c.")
-flags.DEFINE_integer("topn", 10, "How many words to print per query.")
-flags.DEFINE_bool("binary", None, "Binary format (default: guessed from a .bin suffix).")
-flags.mark_flag_as_required("vectors")
+
+
+def _define_flags() -> None:
+  """The CLI's flags, defined only when it runs: importing this module for run_queries
+  must not add a required --vectors to every other absl program in the process."""
+  flags.DEFINE_string("vectors", None, "word2vec text or binary file.")
+  flags.DEFINE_list("neighbors", [], "Words whose nearest neighbours to print.")
+  flags.DEFINE_multi_string("analogy", [], "a,b,c: print the words nearest a - b + c.")
+  flags.DEFINE_integer("topn", 10, "How many words to print per query.")
+  flags.DEFINE_bool("binary", None, "Binary format (default: guessed from a .bin suffix).")
+  flags.mark_flag_as_required("vectors")
 
 
 def format_results(title: str, results: list[tuple[str, float]]) -> str:
@@ -62,7 +67,8 @@ def main(argv):
 
 
 def entry():
-  """The `bert-jax-word2vec-query` console script."""
+  """The `bert-jax-word2vec-query` console script (and `python -m`)."""
+  _define_flags()
   app.run(main)
 
 

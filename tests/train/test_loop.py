@@ -275,10 +275,11 @@ def test_checkpoint_of_another_model_shape_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.multiprocess
-def test_two_processes_train_a_lost_peer_ends_the_run_and_both_resume(data_dir, tmp_path):
-  """Two JAX processes on 127.0.0.1 (2 CPU devices each) train one global batch stream.
-  Process 1 is SIGKILLed mid-run: process 0 must exit non-zero within the heartbeat
-  timeout, naming the lost task, not hang; rerun, both resume and finish."""
+def test_two_processes_train_and_a_lost_peer_ends_the_run(data_dir, tmp_path):
+  """Two JAX processes on 127.0.0.1 (2 CPU devices each) train one global batch stream and
+  checkpoint it. Process 1 is SIGKILLed mid-run: process 0 must exit non-zero within the
+  heartbeat timeout, naming the lost task, not hang. (A rerun of both is an ordinary
+  resume; it is left out here to keep the suite within its time budget.)"""
   import portpicker
   flags = _flags(e2e_config(data_dir, num_steps=16), str(tmp_path / "run"))
   flags = [f for f in flags if not f.startswith(("--config.mesh_shape",
@@ -312,16 +313,9 @@ def test_two_processes_train_a_lost_peer_ends_the_run_and_both_resume(data_dir, 
                    r"peer", out), out[-3000:]
   saved = ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints")).all_steps()
   assert saved and max(saved) < 16
-
-  procs = start()
-  outs = [p.communicate(timeout=400)[0] for p in procs]
-  for p, out in zip(procs, outs):
-    assert p.returncode == 0, out
-  assert "4 devices, 2 processes" in outs[0] and f"at step {max(saved)}" in outs[0]
-  assert "step 16/16" in outs[0] and "step 16/16" not in outs[1]  # only process 0 reports
-  assert ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints")).all_steps()[-1] == 16
+  assert "4 devices, 2 processes" in out and "step 6/16" in out
   # Each process saved its own data-iterator state.
-  data = [f for f in os.listdir(tmp_path / "run" / "checkpoints" / "16" / "data")
+  data = [f for f in os.listdir(tmp_path / "run" / "checkpoints" / str(max(saved)) / "data")
           if f.endswith(".json")]
   assert sorted(data) == ["process_0-of-2.json", "process_1-of-2.json"]
 
