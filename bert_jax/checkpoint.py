@@ -139,6 +139,7 @@ class Checkpointer:
     Raises CheckpointMismatchError when a checkpoint's arrays differ in shape.
     """
     steps = [step] if step is not None else sorted(self.manager.all_steps(), reverse=True)
+    unreadable = []  # newer steps that failed, moved aside once an older one restores
     for s in steps:
       try:
         check_compatible(self.state_metadata(s), abstract_state, f"{self.directory}/{s}")
@@ -151,18 +152,20 @@ class Checkpointer:
         elif data_iterator is not None:
           log.warning("checkpoint %d has no data iterator state; the data stream restarts.", s)
         restored = self.manager.restore(s, args=ocp.args.Composite(**items))
-        return restored["state"], restored["meta"], s
       except CheckpointMismatchError:
         raise
       except Exception as e:  # noqa: BLE001 - any read failure means "try an older one"
         why = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-        if step is not None:  # a step the caller asked for: report it, touch nothing
-          log.warning("checkpoint step %d in %s could not be restored (%s).", s,
-                      self.directory, why)
-          continue
-        log.warning("checkpoint step %d in %s could not be restored (%s); moved it to %s "
-                    "and falling back to the previous one.", s, self.directory, why,
-                    self._move_aside(s))
+        log.warning("checkpoint step %d in %s could not be restored (%s)%s.", s,
+                    self.directory, why, "" if step is not None else
+                    "; falling back to the previous one")
+        unreadable.append(s)
+        continue
+      # Only now that an older step restored: if every step failed alike (say, a changed
+      # data pipeline), the cause is not the files, and nothing is renamed.
+      for bad in unreadable:
+        log.warning("moved the unreadable checkpoint step %d to %s.", bad, self._move_aside(bad))
+      return restored["state"], restored["meta"], s
     if steps:
       raise RuntimeError(f"none of the checkpoints {steps} in {self.directory} could be restored.")
     return None

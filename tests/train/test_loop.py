@@ -138,7 +138,7 @@ def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_rerun_finishes_exact
     result = loop.train_and_evaluate(config, str(copy), registry.get_task(config))
   assert result["step"] == 6
   aside = [p.name for p in ckdir.iterdir() if p.name.startswith("4.corrupt-")]
-  assert len(aside) == 1 and "moved it to" in caplog.text
+  assert len(aside) == 1 and "moved the unreadable checkpoint step 4 to" in caplog.text
   assert ckpt_lib.Checkpointer(str(ckdir)).all_steps() == [2, 4, 6]
   rows = [json.loads(l) for l in (copy / "metrics.jsonl").read_text().splitlines()]
   steps = [r["step"] for r in rows if "loss" in r]
@@ -256,6 +256,14 @@ def test_checkpoint_restores_onto_another_mesh_and_falls_back(tmp_path):
   # Moved aside, not deleted: step 2 can be saved again.
   assert [p.name.split(".")[0] for p in (tmp_path / "ck").glob("2.corrupt-*")] == ["2"]
   assert ckpt_lib.Checkpointer(str(tmp_path / "ck")).all_steps() == [1]
+  # When no step restores (the cause is not one step's files), nothing is renamed.
+  for root, _, files in os.walk(tmp_path / "ck" / "1" / "state"):
+    for f in files:
+      with open(os.path.join(root, f), "wb") as fh:
+        fh.write(b"garbage")
+  with pytest.raises(RuntimeError, match=r"none of the checkpoints \[1\]"):
+    ckpt_lib.Checkpointer(str(tmp_path / "ck")).restore(abstract)
+  assert (tmp_path / "ck" / "1").is_dir()
 
 
 def test_checkpoint_of_another_model_shape_is_a_clear_error(tmp_path):
