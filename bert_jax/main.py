@@ -25,7 +25,29 @@ flags.DEFINE_integer("process_id", None, "This process's index (multi-process)."
 flags.DEFINE_integer("heartbeat_timeout", 100,
                      "Seconds without a heartbeat after which the others treat a process as "
                      "lost and exit (multi-process); a dead host ends the job, not hangs it.")
+flags.DEFINE_string("compilation_cache", None,
+                    "Directory of the persistent XLA compilation cache (default: "
+                    "$JAX_COMPILATION_CACHE_DIR, else ~/.cache/bert_jax/xla); '' turns it off. "
+                    "A rerun after a preemption loads its compiled steps instead of compiling.")
 flags.mark_flags_as_required(["config", "workdir"])
+
+
+def set_compilation_cache(directory: str | None) -> str:
+  """Persistent compilation cache: a resumed or repeated run skips its compiles.
+
+  Its key is the program and the compile options, so a changed model or mesh compiles
+  afresh. Only compiles over jax's threshold (1 s by default, JAX_PERSISTENT_CACHE_MIN_
+  COMPILE_TIME_SECS) are stored; a write that fails (read-only home) is only a warning.
+  `directory`: the --compilation_cache value. Returns the directory used ('' = off).
+  """
+  import os  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  if directory is None:
+    directory = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "bert_jax", "xla")
+  if directory:
+    jax.config.update("jax_compilation_cache_dir", directory)
+  return directory
 
 
 def _maybe_initialize_distributed():
@@ -51,6 +73,7 @@ def main(argv):
     # Progress goes to stdout; library INFO logs (orbax writes a dozen lines per save)
     # only with --verbosity=0.
     logging.set_verbosity(logging.WARNING)
+  set_compilation_cache(FLAGS.compilation_cache)
   _maybe_initialize_distributed()
   config = _CONFIG.value
   from bert_jax import paths  # pylint: disable=g-import-not-at-top

@@ -1,6 +1,8 @@
 """Test setup: JAX on 8 fake CPU devices, set before jax is imported anywhere."""
 import importlib.resources
 import os
+import shutil
+import tempfile
 
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
@@ -8,6 +10,15 @@ os.environ["XLA_FLAGS"] = (
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# One persistent XLA compilation cache for the test session: set here in the pytest
+# controller, before xdist starts its workers, so the workers and every `python -m
+# bert_jax.main` a test starts (they inherit the environment) share it. The same tiny
+# programs are compiled by many tests and by every resume of a killed run; with the
+# cache each is compiled once (a tiny end-to-end run: 33 s -> 14 s).
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="bert_jax_test_xla_")
+  os.environ["BERT_JAX_TEST_OWNS_XLA_CACHE"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import jax  # noqa: E402  (must follow the XLA_FLAGS line)
 
@@ -27,3 +38,10 @@ def tokenizer():
   tok.no_truncation()
   tok.no_padding()
   return tok
+
+
+def pytest_unconfigure(config):
+  """The controller (not an xdist worker) removes the session's compilation cache."""
+  owned = os.environ.get("BERT_JAX_TEST_OWNS_XLA_CACHE")
+  if owned and not hasattr(config, "workerinput"):
+    shutil.rmtree(owned, ignore_errors=True)

@@ -1,0 +1,35 @@
+"""main's process set-up: the persistent compilation cache."""
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.experimental.compilation_cache import compilation_cache
+
+from bert_jax import main
+
+
+@pytest.fixture
+def restore_cache_dir():
+  # main sets the directory before its first compile; a test process has compiled
+  # already, so the cache is re-initialized around the test.
+  before = jax.config.jax_compilation_cache_dir
+  compilation_cache.reset_cache()
+  yield
+  jax.config.update("jax_compilation_cache_dir", before)
+  compilation_cache.reset_cache()
+
+
+def test_compilation_cache_default_flag_and_off(restore_cache_dir, tmp_path, monkeypatch):
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "env"))
+  assert main.set_compilation_cache(None) == str(tmp_path / "env")
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+  monkeypatch.setenv("HOME", str(tmp_path / "home"))
+  assert main.set_compilation_cache(None) == str(tmp_path / "home" / ".cache" / "bert_jax" / "xla")
+  before = jax.config.jax_compilation_cache_dir
+  assert main.set_compilation_cache("") == "" and jax.config.jax_compilation_cache_dir == before
+  # A compile lands in the chosen directory (the tests run with a 0 s threshold).
+  chosen = tmp_path / "flag"
+  assert main.set_compilation_cache(str(chosen)) == str(chosen)
+  jax.jit(lambda x: jnp.sin(x) * 3.25 + 0.125)(jnp.arange(7.0)).block_until_ready()
+  assert chosen.is_dir() and os.listdir(chosen)
