@@ -15,6 +15,8 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from bert_jax.configs import parse_flags  # the shared --config CLI parser (also bert_jax.aot)
+
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config(arg)).",
                                           lock_config=True)
@@ -87,24 +89,6 @@ def main(argv):
     logging.error("%s", e)
     print(f"error: {e.strerror if isinstance(e, CheckpointSaveError) else e}",
           file=sys.stderr)
-    sys.exit(2)
-
-
-def parse_flags(argv):
-  """absl's parser, with a misspelled --config.key reported in one line, not a traceback."""
-  from bert_jax import configs  # pylint: disable=g-import-not-at-top
-  try:
-    return FLAGS(configs.resolve_argv(argv))
-  except FileNotFoundError as e:  # the --config file, here nor in the installed package
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-  except flags.Error as e:
-    print(f"FATAL Flags parsing error: {e}", file=sys.stderr)
-    sys.exit(2)
-  except (AttributeError, KeyError) as e:  # config_flags: an override of an unknown field
-    detail = str(e).replace("\\n", " ").replace("\\'", "'").strip("'\"")
-    overrides = [a for a in argv if a.startswith("--config.")]
-    print(f"error: unknown config key among {overrides}: {detail}", file=sys.stderr)
     sys.exit(2)
 
 

@@ -44,19 +44,10 @@ def main(argv):
   print(report_lib.format_report(report))
 
 
-def _parse_flags(argv):
-  from bert_jax import configs  # pylint: disable=g-import-not-at-top
-  try:
-    return FLAGS(configs.resolve_argv(argv))
-  # An unknown --config.key, or a --config file found neither here nor in the package.
-  except (flags.Error, AttributeError, KeyError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
-
-
 def entry():
   """The `bert-jax-aot` console script."""
-  app.run(main, flags_parser=_parse_flags)
+  from bert_jax import configs  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=configs.parse_flags)
 
 
 if __name__ == "__main__":
