@@ -127,3 +127,12 @@ def layer_norm(config: TransformerConfig, name: str) -> nn.LayerNorm:
       epsilon=config.layer_norm_eps, dtype=config.compute_dtype, param_dtype=config.params_dtype,
       use_fast_variance=False, scale_init=config.ones_init("norm"),
       bias_init=config.zeros_init("norm"), name=name)
+
+
+def embedding(config: TransformerConfig, num_embeddings: int, logical_rows: str,
+              name: str | None = None) -> nn.Embed:
+  """A [num_embeddings, hidden] table (tokens, positions, segments) with logical names
+  (`logical_rows`, "embed") and the model's init and dtypes."""
+  return nn.Embed(num_embeddings, config.hidden_size, dtype=config.compute_dtype,
+                  param_dtype=config.params_dtype,
+                  embedding_init=config.embed_init(logical_rows, "embed"), name=name)

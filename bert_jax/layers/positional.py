@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.config import TransformerConfig, embedding
 
 Array = jax.Array
 
@@ -46,10 +46,7 @@ class LearnedPositionalEmbedding(nn.Module):
   @nn.compact
   def __call__(self, positions: Array) -> Array:
     cfg = self.config
-    return nn.Embed(cfg.max_len, cfg.hidden_size, dtype=cfg.compute_dtype,
-                    param_dtype=cfg.params_dtype,
-                    embedding_init=cfg.embed_init("position", "embed"),
-                    name="embedding")(positions)
+    return embedding(cfg, cfg.max_len, "position", name="embedding")(positions)
 
 
 def apply_rotary(x: Array, positions: Array, base: float = 10000.0) -> Array:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
 from bert_jax.layers.blocks import ACTIVATIONS
-from bert_jax.layers.config import TransformerConfig, layer_norm
+from bert_jax.layers.config import TransformerConfig, embedding, layer_norm
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Encoder
 
@@ -28,17 +28,13 @@ class BertEmbeddings(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.token_embedder = nn.Embed(
-        cfg.vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
-        embedding_init=cfg.embed_init("vocab", "embed"))
+    self.token_embedder = embedding(cfg, cfg.vocab_size, "vocab")
     if cfg.position == "learned":
       self.position_embedder = LearnedPositionalEmbedding(cfg)
     elif cfg.position == "sinusoidal":
       self.position_embedder = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
     if cfg.type_vocab_size:
-      self.segment_embedder = nn.Embed(
-          cfg.type_vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype,
-          param_dtype=cfg.params_dtype, embedding_init=cfg.embed_init("segment", "embed"))
+      self.segment_embedder = embedding(cfg, cfg.type_vocab_size, "segment")
     self.layer_norm = layer_norm(cfg, "layer_norm")
     self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
 

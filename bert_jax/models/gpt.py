@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
-from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.config import TransformerConfig, embedding
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Decoder
 
@@ -24,9 +24,7 @@ class GPT(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.token_embedder = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype,
-                                   param_dtype=cfg.params_dtype,
-                                   embedding_init=cfg.embed_init("vocab", "embed"))
+    self.token_embedder = embedding(cfg, cfg.vocab_size, "vocab")
     if cfg.position == "learned":
       self.position_embedder = LearnedPositionalEmbedding(cfg)
     elif cfg.position == "sinusoidal":

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
-from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.config import TransformerConfig, embedding
 from bert_jax.layers.positional import SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Decoder, Encoder
 
@@ -44,9 +44,7 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.embedder = nn.Embed(cfg.vocab_size, cfg.hidden_size, dtype=cfg.compute_dtype,
-                             param_dtype=cfg.params_dtype,
-                             embedding_init=cfg.embed_init("vocab", "embed"))
+    self.embedder = embedding(cfg, cfg.vocab_size, "vocab")
     self.positional = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
     self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
     self.encoder = Encoder(cfg.replace(decode=False), return_weights=self.return_weights)
