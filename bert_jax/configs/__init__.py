@@ -74,6 +74,8 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     sys.exit(2)
   except (AttributeError, KeyError) as e:  # config_flags: an override of an unknown field
     detail = str(e).replace("\\n", " ").replace("\\'", "'").strip("'\"")
+    if "' Did you mean" in detail:  # ml_collections: "name' Did you mean ..." -> quoted
+      detail = "'" + detail.replace("' Did you mean", "'; did you mean", 1)
     overrides = [a for a in argv if a.startswith("--config.")]
     print(f"error: unknown config key among {overrides}: {detail}", file=sys.stderr)
     sys.exit(2)
