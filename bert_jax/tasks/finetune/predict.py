@@ -32,20 +32,16 @@ from bert_jax.train.writer import log
 
 
 def checkpoint_step_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
-  """workdir/checkpoints/<step> of the best (by train.best_metric) or else newest checkpoint."""
-  best_metric = config.train.get("best_metric") or ""
-  ckpt = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), async_save=False,
-                                 best_metric=best_metric or None,
-                                 best_mode=config.train.get("best_mode", "max"))
-  try:
-    step = ckpt.manager.best_step() if best_metric else None
-    step = step if step is not None else ckpt.latest_step()
-  finally:
-    ckpt.close()
-  if step is None:
+  """workdir/checkpoints/<step> of the best (by train.best_metric) or else newest checkpoint.
+
+  Read-only: a writable checkpoint manager's start-up cleanup could remove the temporary
+  directory of a save in progress in the same workdir (a run still training).
+  """
+  directory, steps = checkpoint.checkpoint_steps(workdir)
+  if not steps:
     raise FileNotFoundError(f"no checkpoint in {workdir}/checkpoints: train the task first "
                             "(the same command without --config.mode=predict).")
-  return os.path.join(workdir, "checkpoints", str(step))
+  return str(directory / str(checkpoint.select_step(directory, steps, "best", config.train)))
 
 
 def task_config(config: ml_collections.ConfigDict, step_dir: str) -> ml_collections.ConfigDict:
