@@ -61,10 +61,12 @@ def xla_threads() -> int:
 
 def child_env(**extra) -> dict:
   """The environment of a timed child: no persistent XLA cache (compiles are part of
-  what is measured), no hub access (everything is local), plus `extra`."""
+  what is measured), JAX on the CPU backend only (our venvs hold libtpu for the AOT
+  bench; a CPU user has none, and its TPU probing at import is not what is compared), no
+  hub access (everything is local), plus `extra`."""
   env = dict(os.environ)
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
-  env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+  env.update(JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
              PYTHONPATH=ROOT + os.pathsep + env.get("PYTHONPATH", ""))
   env.update({k: str(v) for k, v in extra.items()})
   return env
