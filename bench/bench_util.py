@@ -167,12 +167,14 @@ _FINISHED = re.compile(r"Finished (tracing \+ transforming|jaxpr to MLIR module 
                        r"XLA compilation of) (\S+).* in ([0-9.eE+-]+) sec")
 
 
-def compile_log(stderr: str, fun: str) -> tuple[float, int]:
-  """(seconds of tracing + lowering + XLA compiles of every jit, XLA compiles of `fun`)."""
-  seconds, count = 0.0, 0
+def compile_log(stderr: str) -> tuple[dict, dict]:
+  """({function: seconds of tracing + lowering + XLA compile}, {function: XLA compiles})
+  of every jit in a JAX_LOG_COMPILES=1 log; "jit(f)" and "f" are both "f"."""
+  seconds, count = {}, {}
   for kind, name, secs in _FINISHED.findall(stderr):
-    seconds += float(secs)
-    count += kind.startswith("XLA") and name == f"jit({fun})"
+    name = name[4:-1] if name.startswith("jit(") and name.endswith(")") else name
+    seconds[name] = seconds.get(name, 0.0) + float(secs)
+    count[name] = count.get(name, 0) + kind.startswith("XLA")
   return seconds, count
 
 

@@ -97,7 +97,8 @@ def run_cli(args, model_dir: str, inp: str, out: str) -> dict:
        "--output", out, "--pooling", "mean", "--batch_size", str(args.batch_size),
        "--max_length", str(MAX_LENGTH)],
       "python -m bert_jax.embed", bench_util.child_env(JAX_LOG_COMPILES=1))
-  compile_s, compiles = bench_util.compile_log(proc.stderr, "_forward")
+  seconds, counts = bench_util.compile_log(proc.stderr)
+  compile_s, compiles = sum(seconds.values()), counts.get("_forward", 0)
   if not compiles:
     raise bench_util.BenchError("found no 'Finished XLA compilation of jit(_forward)' line "
                                 "in the CLI's JAX_LOG_COMPILES log: cannot count compiles")
