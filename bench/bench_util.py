@@ -183,10 +183,21 @@ def load_line(label: str) -> str:
   return f"load average {one:.2f} {five:.2f} {fifteen:.2f} ({label})"
 
 
+def cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return "unknown CPU"
+
+
 def header(prog: str) -> None:
   """The exact command line and the machine, printed first by every driver."""
   print("command: " + " ".join([os.path.relpath(sys.executable, ROOT)
                                 if sys.executable.startswith(ROOT) else sys.executable,
                                 os.path.relpath(sys.argv[0], ROOT), *sys.argv[1:]]))
-  print(f"{prog}: {os.cpu_count()} CPUs ({xla_threads()} usable), "
+  print(f"{prog}: {cpu_model()}, {os.cpu_count()} CPUs ({xla_threads()} usable), "
         f"{load_line('start')}", flush=True)

@@ -177,8 +177,9 @@ def table(n: int, runs: dict, cosines: list) -> None:
         f"API {api}")
   print(f"min cosine to sentence-transformers over all repetitions: CLI "
         f"{min(c['cli'] for c in cosines):.7f}, API {min(c['api'] for c in cosines):.7f}")
-  print(f"sentence-transformers: {runs['st'][0]['versions']}, "
-        f"{runs['st'][0]['threads']} threads")
+  print(f"ours: {runs['api'][0]['versions']} ({runs['api'][0]['api_module']}); "
+        f"sentence-transformers: {runs['st'][0]['versions']}, {runs['st'][0]['threads']} "
+        "threads")
 
 
 def main():

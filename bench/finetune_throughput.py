@@ -24,7 +24,9 @@ off LayerNorm/bias, 10% linear warmup then linear decay) and the same number of 
 Reported separately: steady-state examples/s (the log windows after the first, the same
 step ranges for both), the first step (ours: the first window less its other steps at the
 steady rate, i.e. compile + one step; torch: its first step, measured), the XLA compile
-seconds of our train step (JAX_LOG_COMPILES log), whole-process seconds. The first-window
+seconds of our train step (JAX_LOG_COMPILES log), whole-process seconds (ours: also the
+matmul-peak measurement for MFU, each epoch's evaluation and checkpoint; torch: none of
+those, so these are not compared, only shown). The first-window
 losses of the two must agree within 25% (both start near ln 2 with a fresh 2-class
 head), else the bench fails: a guard against comparing different problems.
 
@@ -56,7 +58,11 @@ FIELDS = ("input_ids", "input_mask", "segment_ids", "labels")
 def polarity_config(args):
   spec = importlib.util.spec_from_file_location("finetune_classification", CONFIG)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except ImportError as e:
+    raise bench_util.BenchError(f"{e} in {sys.executable}: run the driver with our venv "
+                                "(.venv/bin/python)") from None
   c = module.get_config("polarity")
   if not c.init_from:
     raise bench_util.BenchError(

@@ -65,7 +65,7 @@ def main():
       "import_s": t1 - t0, "load_s": t2 - t1, "encode_s": t3 - t2, "compile_s": compile_s[0],
       "compiles": embed._forward._cache_size(),  # pylint: disable=protected-access
       "max_length": model.max_length, "process_s": time.perf_counter() - T_START,
-      "api_module": api.__file__})
+      "api_module": api.__file__, "versions": f"jax {jax.__version__}"})
 
 
 if __name__ == "__main__":

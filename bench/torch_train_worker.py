@@ -95,7 +95,8 @@ def main():
     return value, (time.perf_counter() - t0) / steps
 
   first_loss, first_s = run(1)
-  run(int(spec["warmup"])) if int(spec["warmup"]) else None
+  if int(spec["warmup"]):
+    run(int(spec["warmup"]))
   bench_util.reply({"ready": True, "first_loss": first_loss, "first_step_s": first_s,
                     "threads": torch.get_num_threads(),
                     "versions": f"torch {torch.__version__}, transformers "

@@ -66,6 +66,15 @@ import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+try:
+  import jax  # noqa: E402,F401  pylint: disable=unused-import
+  import optax  # noqa: E402,F401  pylint: disable=unused-import
+  import bert_jax.train.loop  # noqa: E402,F401  pylint: disable=unused-import
+except ImportError as _e:
+  print(f"train_step: error: {_e} in {sys.executable}: run the driver with "
+        ".venv-bench/bin/python (bench/requirements-bench.txt)", file=sys.stderr)
+  sys.exit(2)
+
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import ml_collections  # noqa: E402
