@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 import tensorflow_datasets as tfds
 
+from bert_jax import progress
 from bert_jax.data import corpora
 from bert_jax.data import instances
 from bert_jax.data import tokenizer as tokenizer_lib
@@ -219,7 +220,8 @@ def _prepare_vocab(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> 
   with build_lock(os.path.dirname(path)):
     if not os.path.exists(path):  # save_vocab writes it atomically
       source = tfds.builder_from_directory(documents_dir).as_data_source(split="train")
-      texts = (d["text"].decode("utf-8") for d in source)
+      texts = (d["text"].decode("utf-8") for d in progress.bar(
+          source, total=len(source), desc="vocab: documents", unit="doc"))
       tok = tokenizer_lib.train_wordpiece(texts, cfg.vocab_size, cfg.lowercase is not False)
       tokenizer_lib.save_vocab(tok, path)
   return path
