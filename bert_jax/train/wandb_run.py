@@ -12,6 +12,7 @@ TensorBoard drop the first copies instead; see MetricWriter.resume_at).
 from __future__ import annotations
 
 import importlib.util
+import secrets
 
 import jax
 from etils import epath
@@ -63,7 +64,7 @@ def start(config, workdir: str, process_index: int | None = None) -> WandbRun | 
   id_path = root / ID_FILE
   run_id = id_path.read_text().strip() if id_path.exists() else ""
   if not run_id:
-    run_id = wandb.util.generate_id()
+    run_id = secrets.token_hex(4)  # W&B's own ids: 8 lowercase alphanumerics
     root.mkdir(parents=True, exist_ok=True)
     _write_atomic(id_path, run_id + "\n")
   # W&B writes its files on a local disk: a gs:// workdir keeps them in the current dir.

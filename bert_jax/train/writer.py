@@ -216,7 +216,7 @@ def eval_report(step: int, metrics: dict) -> str:
 
 def progress_line(step: int, total: int, scalars: dict, eta_seconds: float | None,
                   labels: tuple[tuple[str, str], ...] = ()) -> str:
-  """`step 120/2000 | loss 6.12 | mlm_acc 0.081 | ... | 1520 seq/s | ETA 3m05s`.
+  """`step 120/2000 | loss 6.12 | mlm_acc 0.081 | ... | seq/s 1520 | ETA 3m05s`.
 
   scalars: the logged names (`train/loss`, `perf/mfu`, ...). labels: the task's (train
   metric without its `train/` prefix, short label) pairs, shown after the loss.

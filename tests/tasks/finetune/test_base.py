@@ -104,7 +104,7 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path,
   kept = {int(n) for n in os.listdir(tmp_path / "checkpoints") if n.isdigit()}
   acc = {r["step"]: r["eval/accuracy"] for r in evals}
   assert 4 in kept and kept <= {2, 4} and max(acc[s] for s in kept) == max(acc.values())
-  assert np.isfinite(result["loss"])
+  assert np.isfinite(result["train/loss"])
   assert os.path.exists(os.path.join(tmp_path, "tokenizer", "tokenizer.json"))
 
   inputs = tmp_path / "in.csv"
@@ -142,7 +142,7 @@ def test_glue_sst2_one_real_training_run_under_mock_data(tmp_path, tfds):
   c = tiny("classification", "glue/sst2", "accuracy")
   with tfds.testing.mock_data(num_examples=16):
     result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
-  assert result["step"] == 2 and np.isfinite(result["loss"])
+  assert result["step"] == 2 and np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/accuracy"] <= 1.0
 
 
@@ -156,7 +156,7 @@ def test_conll2003_one_real_training_run_under_mock_data(tmp_path, tfds):
   c = tiny("ner", "conll2003", "f1", eval_split="dev")
   with records_mock(records):
     result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
-  assert result["step"] == 1 and np.isfinite(result["loss"])
+  assert result["step"] == 1 and np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/f1"] <= 1.0 and 0.0 <= result["eval/precision"] <= 1.0
 
 
@@ -174,7 +174,7 @@ def test_squad_one_real_training_run_under_mock_data(tmp_path, tfds):
   windows = task.train_features["example_index"]
   assert len(windows) > len(records)  # the 32-token rows split each context (doc stride)
   assert result["step"] == -(-len(windows) // 8)  # one epoch of windows, batch 8
-  assert np.isfinite(result["loss"])
+  assert np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/exact_match"] <= 100.0 and 0.0 <= result["eval/f1"] <= 100.0
 
 
@@ -192,7 +192,7 @@ def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatc
 
   def write_then_preempt(self, step, scalars):
     write(self, step, scalars)
-    if step == 3 and "loss" in scalars:
+    if step == 3 and "train/loss" in scalars:
       os.kill(os.getpid(), signal.SIGTERM)  # the loop saves step 3 and stops
 
   monkeypatch.setattr(writer_lib.MetricWriter, "write_scalars", write_then_preempt)
@@ -205,9 +205,10 @@ def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatc
   assert reads == [TINY_BERT]  # the resumed run restores its own checkpoint only
 
   def losses(d):
-    return {r["step"]: r["loss"] for r in _records(d) if "loss" in r}
+    return {r["step"]: r["train/loss"] for r in _records(d) if "train/loss" in r}
   whole, cut = losses(tmp_path / "whole"), losses(tmp_path / "cut")
   # Each step logged once: the rerun resumed at step 4 rather than starting over.
-  assert [r["step"] for r in _records(tmp_path / "cut") if "loss" in r] == [1, 2, 3, 4, 5, 6]
+  assert [r["step"] for r in _records(tmp_path / "cut") if "train/loss" in r] == [
+      1, 2, 3, 4, 5, 6]
   for step in range(1, 7):
     assert abs(cut[step] - whole[step]) <= 1e-6, (step, cut[step], whole[step])
