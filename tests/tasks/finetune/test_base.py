@@ -87,7 +87,8 @@ def test_init_from_hf_puts_the_pretrained_encoder_under_bert(csv_files, tmp_path
   assert task.label_list == ("neg", "pos") and task.num_labels == 2
 
 
-def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path, monkeypatch):
+def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path, monkeypatch,
+                                                            capsys):
   c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
            eval_file=csv_files[1], labels="neg,pos")
   c.train.num_epochs = 2.0
@@ -106,6 +107,17 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path,
   assert 4 in kept and kept <= {2, 4} and max(acc[s] for s in kept) == max(acc.values())
   assert np.isfinite(result["train/loss"])
   assert os.path.exists(os.path.join(tmp_path, "tokenizer", "tokenizer.json"))
+  out = capsys.readouterr().out
+  # No datasheet peak for a CPU: the log names the measured one MFU divides by.
+  assert "measured float32 matmul (no datasheet figure for device_kind 'cpu')" in out
+  # Each evaluation: the headline on the step line, then one table row per class.
+  report = out[out.index("eval @ 4: "):].splitlines()
+  assert report[0].startswith("eval @ 4: accuracy ") and "precision" not in report[0]
+  assert report[1].split() == ["class", "precision", "recall", "f1", "support"]
+  assert [r.split()[0] for r in report[2:4]] == ["neg", "pos"]
+  assert [float(r.split()[1]) for r in report[2:4]] == pytest.approx(
+      [result["eval/precision/neg"], result["eval/precision/pos"]], abs=5e-5)
+  assert sum(int(r.split()[4]) for r in report[2:4]) == 8  # the 8 kept eval rows
 
   inputs = tmp_path / "in.csv"
   inputs.write_text('sentence\n"A fine, funny film."\n""\nDull.\n', encoding="utf-8")
