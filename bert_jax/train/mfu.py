@@ -15,8 +15,6 @@ import time
 import jax
 import jax.numpy as jnp
 
-from bert_jax.aot import chips
-
 
 @functools.lru_cache(maxsize=None)
 def measured_peak_flops(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> float:
@@ -65,6 +63,9 @@ def resolve_peak(override: float = 0.0, device_kind: str | None = None,
   if override and override > 0:
     return Peak(float(override), "config", "config train.peak_flops_per_device")
   kind = jax.devices()[0].device_kind if device_kind is None else device_kind
+  # Imported once the backend runs: bert_jax.aot lets several processes load libtpu (for
+  # compile-only use), which a training process must not ask for before its start.
+  from bert_jax.aot import chips  # pylint: disable=g-import-not-at-top
   chip = chips.chip_for_device_kind(kind)
   if chip is not None:
     return Peak(chip.peak_bf16_flops, "datasheet",
