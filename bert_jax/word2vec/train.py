@@ -229,8 +229,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       writer.resume_at(int(restored["step"]) if restored is not None else 0)
       return restored
   try:
-    return _train_export_evaluate(config, workdir, vocab, batches, mesh, state,
-                                  state_shardings, log_fn, checkpoint_fn, restore_fn)
+    out = _train_export_evaluate(config, workdir, vocab, batches, mesh, state,
+                                 state_shardings, log_fn, checkpoint_fn, restore_fn)
+    if writer is not None:  # the config beside the final scores (TensorBoard HParams)
+      writer.write_hparams(config.to_dict(), _logged_names(out["metrics"]))
+    return out
   finally:
     if ckpt is not None:
       ckpt.close()

@@ -257,6 +257,7 @@ def test_default_run_writes_tensorboard_and_metrics_jsonl(tmp_path):
   assert len(events) == 1
   content = events[0].read_bytes()
   assert b"train/epoch_loss" in content and b"eval/wordsim353_pairs" in content
+  assert b"_hparams_/session_start_info" in content and b"model.embed_dim" in content
   lines = [json.loads(l) for l in open(tmp_path / "run" / "metrics.jsonl")]
   assert [l["train/epoch"] for l in lines if "train/epoch" in l] == [1]
   assert lines[-1]["step"] == int(out["state"]["step"])
