@@ -209,6 +209,10 @@ def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatc
 
   monkeypatch.setattr(writer_lib.MetricWriter, "write_scalars", write_then_preempt)
   reads = _count_param_reads(monkeypatch)
+  # The interrupted run also logs to Weights & Biases (offline: nothing leaves the machine).
+  monkeypatch.setenv("WANDB_MODE", "offline")
+  monkeypatch.setenv("WANDB_SILENT", "true")
+  c.wandb.project = "bert_jax_test"
   first = loop.train_and_evaluate(c, str(tmp_path / "cut"), registry.get_task(c))
   assert first["preempted"] and first["step"] == 3
   assert reads == [TINY_BERT]  # the fresh run starts from init_from's encoder
@@ -219,6 +223,10 @@ def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatc
   def losses(d):
     return {r["step"]: r["train/loss"] for r in _records(d) if "train/loss" in r}
   whole, cut = losses(tmp_path / "whole"), losses(tmp_path / "cut")
+  # One W&B run id, kept in the workdir: the rerun continued the interrupted W&B run.
+  run_id = (tmp_path / "cut" / "wandb_run_id").read_text().strip()
+  offline = sorted(p.name for p in (tmp_path / "cut" / "wandb").glob("offline-run-*"))
+  assert len(offline) == 2 and all(n.endswith(f"-{run_id}") for n in offline), offline
   # Each step logged once: the rerun resumed at step 4 rather than starting over.
   assert [r["step"] for r in _records(tmp_path / "cut") if "train/loss" in r] == [
       1, 2, 3, 4, 5, 6]
