@@ -199,7 +199,8 @@ def _step_counts(tc, task) -> tuple[int, int, int]:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) -> dict:
   """Trains `task` (a tasks/base.py Task built from `config`) in `workdir`, resuming from
-  its checkpoints. Returns the final metrics."""
+  its checkpoints. Returns the final metrics under their logged names (`train/loss`,
+  `perf/mfu`, `eval/...`; train/writer.py) with `step` and `preempted`."""
   tc = config.train
   # ---------------------------------------------------------------- (1) setup
   mesh = parallel.create_mesh(tuple(config.mesh_shape))
