@@ -26,7 +26,6 @@ from typing import Optional
 import numpy as np
 import tensorflow_datasets as tfds
 
-from bert_jax import progress
 from bert_jax.data import corpora
 from bert_jax.data import instances
 from bert_jax.data import tokenizer as tokenizer_lib
@@ -219,6 +218,7 @@ def _prepare_vocab(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> 
                       "vocab.txt")
   with build_lock(os.path.dirname(path)):
     if not os.path.exists(path):  # save_vocab writes it atomically
+      from bert_jax import progress  # pylint: disable=g-import-not-at-top
       source = tfds.builder_from_directory(documents_dir).as_data_source(split="train")
       texts = (d["text"].decode("utf-8") for d in progress.bar(
           source, total=len(source), desc="vocab: documents", unit="doc"))
