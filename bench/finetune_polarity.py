@@ -48,7 +48,7 @@ def run(pooling: str, seed: int, epochs: float, lr: float) -> dict:
   curve = [round(r["eval/accuracy"], 3) for r in evals if "eval/accuracy" in r]
   return {"pooling": pooling, "seed": seed, "epochs": epochs, "lr": lr,
           "heldout_accuracy": result["eval/accuracy"], "heldout_macro_f1": result["eval/macro_f1"],
-          "train_accuracy_last_window": result.get("accuracy"), "eval_curve": curve,
+          "train_accuracy_last_window": result.get("train/accuracy"), "eval_curve": curve,
           "seconds": round(seconds, 1), "steps": result["step"]}
 
 

@@ -38,10 +38,10 @@ def train(arg: str, workdir: str, budget_s: float, overrides: list[str]) -> dict
       proc.send_signal(signal.SIGTERM)  # the loop saves at the next step and exits
       proc.wait()
   rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
-  train_rows = [r for r in rows if "tokens_per_sec" in r]
+  train_rows = [r for r in rows if "perf/tokens_per_sec" in r]
   steady = train_rows[1:] or train_rows
   return {"wall_s": time.time() - t0, "steps": max(r["step"] for r in train_rows),
-          "tokens_per_s": sum(r["tokens_per_sec"] for r in steady) / len(steady),
+          "tokens_per_s": sum(r["perf/tokens_per_sec"] for r in steady) / len(steady),
           "returncode": proc.returncode}
 
 

@@ -2,7 +2,7 @@
 
   python -m bert_jax.embed --checkpoint CKPT --input texts.txt --output vectors.npy \
       [--pooling mean|cls|none] [--layers -1 | -4,-3,-2,-1] [--combine concat|mean] \
-      [--batch_size 32] [--max_length 512] [--normalize]
+      [--batch_size 32] [--max_length 512] [--normalize] [--noprogress]
 
 CKPT is a Hugging Face BERT directory (config.json + model.safetensors + vocab) or one
 of our training checkpoints (workdir, checkpoints/ dir or step dir). Line i of the input
@@ -131,12 +131,14 @@ def _batch_rows(n: int, batch_size: int) -> int:
 
 def run_model(config: TransformerConfig, params, ids: Sequence[np.ndarray], *,
               pooling: str = "mean", layers: tuple[int, ...] = (-1,), combine: str = "concat",
-              batch_size: int = 32, max_length: int = 512) -> list[np.ndarray]:
+              batch_size: int = 32, max_length: int = 512,
+              progress_bar: bool = False) -> list[np.ndarray]:
   """Per line, in input order: [dim] (mean / cls) or [len_i, dim] (none), float32.
 
   Lines are sorted by length so each batch pads little; each (rows, bucketed length)
-  shape compiles once.
+  shape compiles once. progress_bar: a tqdm bar of batches on stderr (bert_jax/progress.py).
   """
+  from bert_jax import progress  # pylint: disable=g-import-not-at-top
   if pooling not in POOLINGS:
     raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
   # Once on the device, not with every batch; the pooler is not used.
@@ -144,7 +146,8 @@ def run_model(config: TransformerConfig, params, ids: Sequence[np.ndarray], *,
   config = config.replace(deterministic=True)
   order = np.argsort([-len(x) for x in ids], kind="stable")
   results: list[Optional[np.ndarray]] = [None] * len(ids)
-  for start in range(0, len(order), batch_size):
+  for start in progress.bar(range(0, len(order), batch_size), desc="embed", unit="batch",
+                            show=progress_bar):
     chunk = order[start:start + batch_size]
     length = _bucket(max(len(ids[i]) for i in chunk), max_length)
     batch = np.zeros((_batch_rows(len(chunk), batch_size), length), np.int32)
@@ -202,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "(default: the model's max positions, at most 512)")
   parser.add_argument("--normalize", action="store_true",
                       help="scale each output vector to unit L2 norm")
+  parser.add_argument("--noprogress", action="store_true",
+                      help="no progress bar (shown on stderr only when it is a terminal)")
   return parser
 
 
@@ -282,7 +287,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     _warn(f"{encoded.num_truncated} line(s) longer than --max_length={max_length} tokens "
           "were truncated")
   vectors = run_model(config, params, encoded.ids, pooling=args.pooling, layers=args.layers,
-                      combine=args.combine, batch_size=args.batch_size, max_length=max_length)
+                      combine=args.combine, batch_size=args.batch_size, max_length=max_length,
+                      progress_bar=not args.noprogress)
   if args.normalize:
     vectors = [normalize(v) for v in vectors]
   try:

@@ -78,7 +78,8 @@ def main(argv):
   set_compilation_cache(FLAGS.compilation_cache)
   _maybe_initialize_distributed()
   config = _CONFIG.value
-  from bert_jax import paths  # pylint: disable=g-import-not-at-top
+  from bert_jax import paths, progress  # pylint: disable=g-import-not-at-top
+  progress.set_enabled(config.get("progress", True))
   from bert_jax.checkpoint import CheckpointSaveError  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   try:

@@ -50,7 +50,7 @@ def test_our_workdir_prints_held_out_accuracy(tmp_path, tiny, capsys):
   from tests.visualize.workdirs import save_workdir  # pylint: disable=g-import-not-at-top
   params = {"bert": tiny.params["bert"], "mlm_head": tiny.params["mlm_head"]}
   workdir = save_workdir(str(tmp_path / "w"), params, tiny.config, "bert_pretraining", TINY,
-                         eval_rows=[{"step": 1, "loss": 4.0},
+                         eval_rows=[{"step": 1, "train/loss": 4.0},
                                     {"step": 1, "eval/mlm_accuracy": 0.125}])
   assert fill_mask.main(["--checkpoint", workdir, "--text", "the [MASK] sat"]) == 0
   out = capsys.readouterr().out

@@ -55,7 +55,8 @@ def test_extras_admit_the_pins_of_their_requirements_files():
   test_pins = _pins("requirements-test.txt")
   for extra, name, version in [
       ("tf", "tensorflow-cpu", _pins("requirements-tf.txt")["tensorflow-cpu"]),
-      ("tpu", "libtpu", test_pins["libtpu"]), ("gcs", "gcsfs", test_pins["gcsfs"])]:
+      ("tpu", "libtpu", test_pins["libtpu"]), ("gcs", "gcsfs", test_pins["gcsfs"]),
+      ("wandb", "wandb", test_pins["wandb"])]:
     assert extras[extra][name].contains(version), (extra, name, version)
   # bench/requirements-bench.txt: each package is a dependency or in the bench/tpu extras.
   core = _ranges(_project()["dependencies"])

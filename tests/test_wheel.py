@@ -105,7 +105,7 @@ def test_console_scripts_and_train_from_outside_the_repository(venv, tmp_path):
         "--config.train.eval_every=0", "--config.train.checkpoint_every=2",
         "--config.train.async_checkpoints=False"], cwd=tmp_path, env=_user_env())
   with open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8") as f:
-    losses = [row["loss"] for row in map(json.loads, f) if "loss" in row]
+    losses = [row["train/loss"] for row in map(json.loads, f) if "train/loss" in row]
   assert len(losses) == 2 and all(np.isfinite(losses))
   assert (tmp_path / "run" / "checkpoints" / "2").is_dir()
 

@@ -1,12 +1,24 @@
-"""TPU chips by generation (datasheet figures) and compile-only topologies from libtpu.
+"""Accelerator chips (datasheet figures), the device_kind lookup for MFU, and compile-only
+TPU topologies from libtpu. ONE table serves both bert_jax/aot (HBM, bandwidth) and the
+MFU denominator of the training loop (train/mfu.py).
 
-Per chip, from Google Cloud's TPU system-architecture pages (checked 2026-11):
+TPU, per chip, from Google Cloud's TPU system-architecture pages (checked 2026-11):
   v4   https://cloud.google.com/tpu/docs/v4   275 TFLOP/s bf16, 32 GiB HBM2,  1200 GB/s
   v5e  https://cloud.google.com/tpu/docs/v5e  197 TFLOP/s bf16, 16 GiB HBM2e,  819 GB/s
   v5p  https://cloud.google.com/tpu/docs/v5p  459 TFLOP/s bf16, 95 GiB HBM2e, 2765 GB/s
   v6e  https://cloud.google.com/tpu/docs/v6e  918 TFLOP/s bf16, 32 GiB HBM,   1640 GB/s
 v4 and v5p chips have two TensorCores run as one "megacore" device (their default), so
 one device of a topology is one chip for every generation listed here.
+
+NVIDIA, dense BF16 Tensor Core FLOP/s (the datasheets print the 2:4-sparsity figure, twice
+these, with an asterisk):
+  A100 (NVIDIA A100 Tensor Core GPU datasheet): 312 TFLOP/s; 40 GB HBM2 1555 GB/s, 80 GB
+       HBM2e 2039 GB/s (SXM; the 80 GB PCIe card: 1935 GB/s).
+  H100 SXM / PCIe (NVIDIA H100 Tensor Core GPU datasheet): 989.5 / 756 TFLOP/s
+       (1,979 / 1,513 sparse); 80 GB, 3.35 TB/s / 2.0 TB/s.
+  H200 SXM (NVIDIA H200 Tensor Core GPU datasheet): 989.5 TFLOP/s (1,979 sparse);
+       141 GB HBM3e, 4.8 TB/s.
+Other kinds (H100 NVL, H200 NVL, CPUs, ...) have no entry: MFU then uses a measured peak.
 """
 from __future__ import annotations
 
@@ -25,12 +37,43 @@ class Chip:
   hbm_bytes_per_sec: float     # bandwidth per chip
 
 
+GB = 10 ** 9
+
 CHIPS = {
     "v4": Chip("v4", 32 * GiB, 275e12, 1200e9),
     "v5e": Chip("v5e", 16 * GiB, 197e12, 819e9),
     "v5p": Chip("v5p", 95 * GiB, 459e12, 2765e9),
     "v6e": Chip("v6e", 32 * GiB, 918e12, 1640e9),
+    "a100-40gb": Chip("a100-40gb", 40 * GB, 312e12, 1555e9),
+    "a100-80gb": Chip("a100-80gb", 80 * GB, 312e12, 2039e9),
+    "h100-sxm": Chip("h100-sxm", 80 * GB, 989.5e12, 3350e9),
+    "h100-pcie": Chip("h100-pcie", 80 * GB, 756e12, 2000e9),
+    "h200": Chip("h200", 141 * GB, 989.5e12, 4800e9),
 }
+TPU_GENERATIONS = ("v4", "v5e", "v5p", "v6e")
+
+# jax.devices()[0].device_kind -> CHIPS key, first full match wins. TPU kinds as libtpu
+# names them; NVIDIA kinds are the CUDA device names (nvidia-smi's "Name").
+_DEVICE_KINDS = (
+    (r"TPU v4", "v4"),
+    (r"TPU v5 ?lite|TPU v5e", "v5e"),
+    (r"TPU v5p?", "v5p"),
+    (r"TPU v6 ?lite|TPU v6e", "v6e"),
+    (r"NVIDIA A100.*80GB.*", "a100-80gb"),        # A100-SXM4-80GB, A100 80GB PCIe
+    (r"NVIDIA A100.*", "a100-40gb"),              # A100-SXM4-40GB, A100-PCIE-40GB
+    (r"NVIDIA H100 PCIe", "h100-pcie"),
+    (r"NVIDIA H100(?: 80GB HBM3| SXM5.*)?", "h100-sxm"),
+    (r"NVIDIA H200", "h200"),
+)
+
+
+def chip_for_device_kind(device_kind: str) -> Chip | None:
+  """The datasheet entry of a jax device_kind ('TPU v5 lite', 'NVIDIA H100 80GB HBM3'),
+  or None for kinds without one (CPU, unlisted GPUs)."""
+  for pattern, key in _DEVICE_KINDS:
+    if re.fullmatch(pattern, device_kind.strip()):
+      return CHIPS[key]
+  return None
 
 # Pod-slice names ("v5e-256", "v5p-128") -> topologies. v4/v5p slice names count
 # TensorCores (two per chip), v5e/v6e names count chips.
@@ -47,7 +90,7 @@ def parse_topology(name: str) -> tuple[Chip, str]:
   topology = _SLICES.get(name, name)
   m = re.fullmatch(r"(v4|v5e|v5p|v6e):(\d+(?:x\d+){1,2})", topology)
   if not m:
-    raise ValueError(f"topology {name!r}: expected GEN:AxB[xC] with GEN in {sorted(CHIPS)} "
+    raise ValueError(f"topology {name!r}: expected GEN:AxB[xC] with GEN in {list(TPU_GENERATIONS)} "
                      f"(e.g. v5e:4x4, v5p:4x4x4) or one of {sorted(_SLICES)}.")
   return CHIPS[m.group(1)], topology
 

@@ -14,6 +14,8 @@ min_count=5, sample=1e-3, alpha=0.025, min_alpha=1e-4, epochs=5).
 """
 import ml_collections
 
+from bert_jax.train.defaults import wandb_config
+
 
 def get_config(arg=None):
   del arg
@@ -55,4 +57,5 @@ def get_config(arg=None):
   c.eval.restrict_vocab = 300000   # analogies / pairs over the top-N words, as gensim
 
   c.export_format = "both"         # vectors.txt / vectors.bin: text | binary | both | none
+  c.wandb = wandb_config()         # Weights & Biases: --config.wandb.project=NAME ('' = off)
   return c

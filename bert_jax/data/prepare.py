@@ -218,8 +218,10 @@ def _prepare_vocab(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> 
                       "vocab.txt")
   with build_lock(os.path.dirname(path)):
     if not os.path.exists(path):  # save_vocab writes it atomically
+      from bert_jax import progress  # pylint: disable=g-import-not-at-top
       source = tfds.builder_from_directory(documents_dir).as_data_source(split="train")
-      texts = (d["text"].decode("utf-8") for d in source)
+      texts = (d["text"].decode("utf-8") for d in progress.bar(
+          source, total=len(source), desc="vocab: documents", unit="doc"))
       tok = tokenizer_lib.train_wordpiece(texts, cfg.vocab_size, cfg.lowercase is not False)
       tokenizer_lib.save_vocab(tok, path)
   return path

@@ -42,7 +42,8 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
   c.best_metric = ""                 # e.g. "mlm_accuracy": also keep the best checkpoint
   c.best_mode = "max"
   c.skip_nonfinite = False           # False: stop with an error naming the step
-  c.peak_flops_per_device = 0.0      # 0: measure a matmul once (the MFU denominator)
+  c.peak_flops_per_device = 0.0      # MFU denominator; 0: the device kind's datasheet
+                                     # peak (train/mfu.py), else a measured matmul
   c.update(overrides)
   return c
 
@@ -75,7 +76,14 @@ def base_config(task: str) -> ml_collections.ConfigDict:
   c.mesh_shape = (-1, 1, 1)          # (data, fsdp, tensor); -1 takes the remaining devices
   c.init_from = ""                   # our checkpoint dir or an HF BERT dir (params only)
   c.export_hf = False                # True: the finished run is exported to <workdir>/hf
+  c.progress = True                  # tqdm bars on stderr (only when it is a terminal)
+  c.wandb = wandb_config()
   return c
+
+
+def wandb_config() -> ml_collections.ConfigDict:
+  """`config.wandb`: Weights & Biases logging (train/wandb_run.py); project '' = off."""
+  return ml_collections.ConfigDict(dict(project="", entity="", name=""))
 
 
 def bert_pretraining_config(variant: str, arg=None) -> ml_collections.ConfigDict:

@@ -20,10 +20,10 @@ import ml_collections
 import numpy as np
 
 from bert_jax import checkpoint as ckpt_lib
-from bert_jax import parallel
+from bert_jax import parallel, progress
 from bert_jax.train import mfu
-from bert_jax.train import optim, steps
-from bert_jax.train.writer import MetricWriter, log, progress_line
+from bert_jax.train import optim, steps, wandb_run
+from bert_jax.train.writer import MetricWriter, eval_report, log, progress_line
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -139,10 +139,12 @@ class _Window:
     self.flops += flops
 
   def rates(self, now: float, batch_size: int, num_devices: int, peak: float) -> dict:
+    """The window's perf/* scalars (model FLOPs per device over wall time)."""
     dt, n = now - self.t0, len(self.metrics)
-    return {"seq_per_sec": batch_size * n / dt, "tokens_per_sec": self.tokens / dt,
-            "step_time": dt / n,
-            "mfu": mfu.mfu(self.flops / n, dt / n, num_devices, peak)}
+    return {"perf/seq_per_sec": batch_size * n / dt, "perf/tokens_per_sec": self.tokens / dt,
+            "perf/step_time_s": dt / n,
+            "perf/tflops_per_device": self.flops / dt / num_devices / 1e12,
+            "perf/mfu": mfu.mfu(self.flops / n, dt / n, num_devices, peak)}
 
 
 def _sum_trees(trees):
@@ -157,10 +159,14 @@ def evaluate(p_eval, task, params, iterator, num_batches: int, to_global) -> dic
   metric definitions (accuracy, F1, MCC, seqeval F1, SQuAD EM/F1, ...).
   """
   results = []
+  bar = progress.bar(desc="eval", total=num_batches or None, unit="batch",
+                     show=jax.process_index() == 0)
   for i, batch in enumerate(iterator):
     if num_batches and i >= num_batches:
       break
     results.append(p_eval(params, to_global(batch)))
+    bar.update()
+  bar.close()
   if not results:
     return {}
   if task.host_scored:
@@ -193,7 +199,8 @@ def _step_counts(tc, task) -> tuple[int, int, int]:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) -> dict:
   """Trains `task` (a tasks/base.py Task built from `config`) in `workdir`, resuming from
-  its checkpoints. Returns the final metrics."""
+  its checkpoints. Returns the final metrics under their logged names (`train/loss`,
+  `perf/mfu`, `eval/...`; train/writer.py) with `step` and `preempted`."""
   tc = config.train
   # ---------------------------------------------------------------- (1) setup
   mesh = parallel.create_mesh(tuple(config.mesh_shape))
@@ -204,7 +211,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
                      f"{parallel.data_parallel_size(mesh)} data-parallel devices and the "
                      f"{nproc} processes.")
   host_batch = tc.batch_size // nproc
-  writer = MetricWriter(workdir)
+  wandb_run.check_available(config)
+  writer = MetricWriter(workdir, wandb_run=wandb_run.start(config, workdir))
   task.prepare(workdir)
   total_steps, eval_every, checkpoint_every = _step_counts(tc, task)
   tx, schedule = optim.make_optimizer(tc, total_steps)
@@ -248,14 +256,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   # --------------------------------------------------- (4) compile steps
   p_train, p_eval = jit_steps(task, tx, schedule, tc, state_sh)
 
-  peak = float(tc.get("peak_flops_per_device") or mfu.measured_peak_flops(
-      "bfloat16" if task.model_config.dtype == "bfloat16" and jax.default_backend() != "cpu"
-      else "float32"))
+  peak = mfu.resolve_peak(
+      float(tc.get("peak_flops_per_device") or 0.0),
+      dtype="bfloat16" if task.model_config.dtype == "bfloat16" and
+      jax.default_backend() != "cpu" else "float32")
   n_params = sum(x.size for x in jax.tree_util.tree_leaves(abstract.params))
   log(f"task {task.name} | model {n_params / 1e6:.2f}M params | mesh "
       f"{dict(mesh.shape)} | {jax.device_count()} devices, {nproc} processes | "
       f"steps {start_step}->{total_steps}")
+  log(peak.describe())
   writer.write_text("config", "```\n" + config.to_json_best_effort(indent=1) + "\n```")
+  writer.write_text("perf/mfu_peak", peak.describe())
 
   # --------------------------------------------------- (5) the loop
   window = _Window(time.perf_counter())
@@ -286,9 +297,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
               f"by it; last good checkpoint: {ckpt.latest_step()} in {ckpt.directory}). "
               "Lower the learning rate, check the data, or set train.skip_nonfinite=True.")
         good = [x for x in got if x["finite"] >= 1] or got
-        avg = {k: float(np.mean([x[k] for x in good])) for k in good[0] if k != "finite"}
-        avg["skipped_steps"] = float(len(bad))
-        avg.update(window.rates(time.perf_counter(), tc.batch_size, jax.device_count(), peak))
+        avg = {f"train/{k}": float(np.mean([x[k] for x in good]))
+               for k in good[0] if k != "finite"}
+        avg["train/skipped_steps"] = float(len(bad))
+        avg.update(window.rates(time.perf_counter(), tc.batch_size, jax.device_count(),
+                                peak.flops))
         if first_metrics is None:
           first_metrics = dict(avg)
         writer.write_scalars(step, avg)
@@ -308,7 +321,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
         scored_now = bool(last_eval)
         if last_eval:
           writer.write_scalars(step, {f"eval/{k}": v for k, v in last_eval.items()})
-          log("eval @ %d: " % step + ", ".join(f"{k} {v:.4f}" for k, v in last_eval.items()))
+          log(eval_report(step, last_eval))
 
       if step % checkpoint_every == 0 or step == total_steps or preempt.requested:
         # Only a checkpoint scored at its own step carries metrics (and can be "best").
@@ -320,12 +333,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
         break
 
   ckpt.close()
-  writer.close()
   # --------------------------------------------------- (6) summary
   result = {"step": step, "preempted": preempt.requested, **summary,
             **{f"eval/{k}": v for k, v in last_eval.items()}}
+  if not preempt.requested:  # a finished run: its config and final metrics side by side
+    writer.write_hparams(config.to_dict(), {k: v for k, v in result.items() if "/" in k})
+  writer.close()
   if first_metrics and summary:
     log("summary: " + ", ".join(
-        f"{k} {first_metrics[k]:.4f} -> {summary[k]:.4f}"
-        for k in task.summary_keys if k in summary))
+        f"{k} {first_metrics[f'train/{k}']:.4f} -> {summary[f'train/{k}']:.4f}"
+        for k in task.summary_keys if f"train/{k}" in summary))
   return result

@@ -1,5 +1,11 @@
 """Metrics out of the loop: TensorBoard event files (tensorboardX, no TensorFlow),
-`metrics.jsonl` in the workdir, and a one-line progress report on stdout.
+`metrics.jsonl` in the workdir, optionally Weights & Biases (train/wandb_run.py), and a
+one-line progress report on stdout.
+
+Names, the same in every sink: `train/*` (loss, the task's accuracies, learning_rate,
+grad_norm, ...), `eval/*` (the task's evaluation metrics), `perf/*` (seq_per_sec,
+tokens_per_sec, step_time_s, tflops_per_device, mfu). At the end of a run the flattened
+config and the final metrics go to TensorBoard's hparams dashboard.
 
 Only process 0 writes; every process may call. A resumed run calls `resume_at(step)`
 first, so the steps it recomputes after its checkpoint are logged once, not twice.
@@ -60,9 +66,10 @@ def _register_event_writers() -> None:
 class MetricWriter:
   """write_scalars(step, {name: value}) to TensorBoard + metrics.jsonl (process 0 only)."""
 
-  def __init__(self, workdir: str, enabled: bool | None = None):
+  def __init__(self, workdir: str, enabled: bool | None = None, wandb_run=None):
     self.enabled = jax.process_index() == 0 if enabled is None else enabled
     self.workdir = workdir
+    self.wandb = wandb_run if self.enabled else None  # a train/wandb_run.WandbRun or None
     self._tb = None
     self._purge_step = None
     self._jsonl = None
@@ -127,6 +134,28 @@ class MetricWriter:
     record = {k: v if math.isfinite(v) else "n/a" for k, v in clean.items()}
     self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **record}) + "\n")
     self._jsonl.flush()
+    if self.wandb is not None:
+      self.wandb.log(step, {k: v for k, v in clean.items() if math.isfinite(v)})
+
+  def write_hparams(self, config: dict, final_metrics: dict) -> None:
+    """The run's flattened config (`train.learning_rate`: numbers, strings, booleans;
+    lists as their text) and its final metrics, to TensorBoard's hparams dashboard.
+
+    Written into this run's event file (tensorboardX's add_hparams would start a new run
+    in a subdirectory): the dashboard reads each metric's value from this run's scalars
+    of the same tag, which the loop logged."""
+    if not self.enabled:
+      return
+    from tensorboardX import summary  # pylint: disable=g-import-not-at-top
+    hparams = flatten_config(config)
+    metrics = {k: float(v) for k, v in final_metrics.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)
+               and math.isfinite(float(v))}
+    file_writer = self.tb._get_file_writer()  # pylint: disable=protected-access
+    for proto in summary.hparams(hparams, metrics):
+      file_writer.add_summary(proto)
+    if self.wandb is not None:
+      self.wandb.summary(metrics)
 
   def write_text(self, tag: str, text: str, step: int = 0) -> None:
     if self.enabled:
@@ -137,17 +166,65 @@ class MetricWriter:
       if self._tb is not None:
         self._tb.close()
       self._jsonl.close()
+      if self.wandb is not None:
+        self.wandb.finish()
+
+
+def flatten_config(tree: dict, prefix: str = "") -> dict:
+  """{"train": {"learning_rate": 1e-4}} -> {"train.learning_rate": 1e-4}: numbers, strings
+  and booleans as they are, anything else (tuples, None) as its text."""
+  out = {}
+  for k, v in tree.items():
+    name = f"{prefix}{k}"
+    if isinstance(v, dict):
+      out.update(flatten_config(v, name + "."))
+    elif isinstance(v, (bool, int, float, str)):
+      out[name] = v
+    else:
+      out[name] = str(v)
+  return out
+
+
+# Per-class metrics `precision/<class>` etc.: the table's columns, in order.
+_PER_CLASS = ("precision", "recall", "f1", "support")
+
+
+def eval_report(step: int, metrics: dict) -> str:
+  """`eval @ 40: accuracy 0.8125 | macro_f1 0.7900` and, when there are per-class scores
+  (`precision/<class>`, `recall/<class>`, `f1/<class>`, `support/<class>`), an aligned
+  table below it with one row per class (absent cells blank)."""
+  headline = {k: v for k, v in metrics.items() if k.split("/", 1)[0] not in _PER_CLASS
+              or "/" not in k}
+  classes: dict[str, dict] = {}
+  for k, v in metrics.items():
+    head, _, cls = k.partition("/")
+    if head in _PER_CLASS and cls:
+      classes.setdefault(cls, {})[head] = v
+  line = f"eval @ {step}: " + " | ".join(f"{k} {v:.4f}" for k, v in headline.items())
+  if not classes:
+    return line
+  columns = [c for c in _PER_CLASS if any(c in row for row in classes.values())]
+  width = max(5, *(len(c) for c in classes))
+  rows = [f"  {'class':<{width}}" + "".join(f" {c:>9}" for c in columns)]
+  for cls, row in classes.items():
+    cells = "".join(
+        f" {'':>9}" if c not in row else
+        f" {int(row[c]):>9d}" if c == "support" else f" {row[c]:>9.4f}" for c in columns)
+    rows.append(f"  {cls:<{width}}" + cells)
+  return "\n".join([line] + rows)
 
 
 def progress_line(step: int, total: int, scalars: dict, eta_seconds: float | None,
                   labels: tuple[tuple[str, str], ...] = ()) -> str:
-  """`step 120/2000 | loss 6.12 | mlm_acc 0.081 | ... | 1520 seq/s | ETA 3m05s`.
+  """`step 120/2000 | loss 6.12 | mlm_acc 0.081 | ... | seq/s 1520 | ETA 3m05s`.
 
-  labels: the task's (metric, short label) pairs, shown after the loss (3 decimals).
+  scalars: the logged names (`train/loss`, `perf/mfu`, ...). labels: the task's (train
+  metric without its `train/` prefix, short label) pairs, shown after the loss.
   """
-  show = ([("loss", "loss", "{:.4f}")] + [(k, label, "{:.3f}") for k, label in labels]
-          + [("learning_rate", "lr", "{:.2e}"), ("grad_norm", "gnorm", "{:.2f}"),
-             ("seq_per_sec", "seq/s", "{:.0f}"), ("mfu", "mfu", "{:.1%}")])
+  show = ([("train/loss", "loss", "{:.4f}")]
+          + [(f"train/{k}", label, "{:.3f}") for k, label in labels]
+          + [("train/learning_rate", "lr", "{:.2e}"), ("train/grad_norm", "gnorm", "{:.2f}"),
+             ("perf/seq_per_sec", "seq/s", "{:.0f}"), ("perf/mfu", "mfu", "{:.1%}")])
   parts = [f"step {step}/{total}"]
   parts += [f"{label} {fmt.format(scalars[k])}" for k, label, fmt in show if k in scalars]
   if eta_seconds is not None:

@@ -1,7 +1,9 @@
 """`visualize curves`: learning curves from one or more workdirs' metrics.jsonl.
 
-One panel per metric; train values (`loss`) as lines, eval values (`eval/loss`) as
-markers in the same colour; every run (workdir) has its own colour.
+One panel per metric; train values (`train/loss`) as lines, eval values (`eval/loss`)
+as markers in the same colour; every run (workdir) has its own colour. `--metrics loss`
+names both; a run logged before the `train/` prefix (bare `loss`) is read too, and a
+full name (`perf/mfu`) is plotted as it is.
 """
 from __future__ import annotations
 
@@ -38,12 +40,18 @@ def series(rows: Sequence[dict], name: str) -> tuple[np.ndarray, np.ndarray]:
   return steps, np.array([by_step[s] for s in steps], dtype=np.float64)
 
 
+def train_series(rows: Sequence[dict], metric: str) -> tuple[np.ndarray, np.ndarray]:
+  """(steps, values) of `train/<metric>`, else of `<metric>` as logged."""
+  steps, values = series(rows, f"train/{metric}")
+  return (steps, values) if len(steps) else series(rows, metric)
+
+
 def draw(runs: dict[str, list[dict]], metrics: Sequence[str], path: str) -> str:
   fig, axes = plot.subplots(1, len(metrics), 4.6 * len(metrics), 3.6)
   for ax, metric in zip(axes[0], metrics):
     for color, (label, rows) in enumerate(runs.items()):
       c = f"C{color % 10}"
-      steps, values = series(rows, metric)
+      steps, values = train_series(rows, metric)
       if len(steps):
         ax.plot(steps, values, color=c, label=f"{label} train")
       steps, values = series(rows, f"eval/{metric}")
@@ -67,12 +75,12 @@ def run(args) -> int:
     runs[label if label not in runs else w] = read_metrics(w)
   for metric in metrics:
     if not any(name in r for rows in runs.values() for r in rows
-               for name in (metric, f"eval/{metric}")):
+               for name in (f"train/{metric}", metric, f"eval/{metric}")):
       known = sorted({k for rows in runs.values() for r in rows for k in r} - {"step", "time"})
       raise InputError(f"--metrics {metric}: no run logged it (logged: {', '.join(known)})")
   for label, rows in runs.items():
     for metric in metrics:
-      steps, values = series(rows, metric)
+      steps, values = train_series(rows, metric)
       e_steps, e_values = series(rows, f"eval/{metric}")
       parts = [f"train {values[0]:.4f} -> {values[-1]:.4f} (steps {steps[0]}..{steps[-1]})"
                if len(steps) else "", f"eval last {e_values[-1]:.4f} @ {e_steps[-1]}"

@@ -24,6 +24,7 @@ import numpy as np
 
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import parallel
+from bert_jax.train import wandb_run
 from bert_jax.train.writer import MetricWriter, log
 from bert_jax.word2vec import data as w2v_data
 from bert_jax.word2vec import step as step_lib
@@ -152,6 +153,16 @@ def _mean_loss(losses, pairs: int, step: int) -> float:
   return mean
 
 
+# The end-of-run results that are throughput (perf/*); the rest are scores (eval/*).
+_PERF = ("train_seconds", "compile_seconds", "effective_words", "pairs", "words_per_sec",
+         "words_per_sec_with_compile")
+
+
+def _logged_names(results: dict) -> dict:
+  """The writer's names (train/writer.py): perf/* for throughput, eval/* for scores."""
+  return {(f"perf/{k}" if k in _PERF else f"eval/{k}"): v for k, v in results.items()}
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                        log_fn: Optional[Callable[[int, dict], None]] = None,
                        checkpoint_fn: Optional[Callable[[int, dict], None]] = None,
@@ -203,7 +214,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
                                                  config.seed)
 
   # ---- outputs: metrics, checkpoints (closed however the run ends: pending saves finish)
-  writer = MetricWriter(workdir) if log_fn is None else None
+  writer = (MetricWriter(workdir, wandb_run=wandb_run.start(config, workdir))
+            if log_fn is None else None)
   log_fn = log_fn or writer.write_scalars
   ckpt = None
   if checkpoint_fn is None and restore_fn is None and t.checkpoint:
@@ -217,8 +229,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       writer.resume_at(int(restored["step"]) if restored is not None else 0)
       return restored
   try:
-    return _train_export_evaluate(config, workdir, vocab, batches, mesh, state,
-                                  state_shardings, log_fn, checkpoint_fn, restore_fn)
+    out = _train_export_evaluate(config, workdir, vocab, batches, mesh, state,
+                                 state_shardings, log_fn, checkpoint_fn, restore_fn)
+    if writer is not None:  # the config beside the final scores (TensorBoard HParams)
+      writer.write_hparams(config.to_dict(), _logged_names(out["metrics"]))
+    return out
   finally:
     if ckpt is not None:
       ckpt.close()
@@ -270,7 +285,8 @@ def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_s
         lr = float(batch["lr"][-1])
         log(f"epoch {epoch + 1}/{t.epochs} step {step} | loss {mean_loss:.4f} | lr {lr:.5f} "
              f"| {rate:,.0f} words/s")
-        log_fn(step, dict(loss=mean_loss, learning_rate=lr, words_per_sec=rate))
+        log_fn(step, {"train/loss": mean_loss, "train/learning_rate": lr,
+                      "perf/words_per_sec": rate})
       continue
     # End of an epoch.
     mean_loss = _mean_loss(losses, ep_pairs, step)   # waits for the epoch's last step
@@ -279,8 +295,8 @@ def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_s
     log(f"epoch {epoch + 1}/{t.epochs} done: {ep_words} effective words, {ep_pairs} pairs, "
          f"loss {mean_loss:.4f}, {seconds:.1f}s, {ep_words / seconds:,.0f} words/s")
     state = dict(state, epoch=jax.device_put(np.int32(epoch + 1), state_shardings["epoch"]))
-    log_fn(step, dict(epoch=epoch + 1, epoch_loss=mean_loss,
-                      epoch_words_per_sec=ep_words / seconds))
+    log_fn(step, {"train/epoch": epoch + 1, "train/epoch_loss": mean_loss,
+                  "perf/epoch_words_per_sec": ep_words / seconds})
     if checkpoint_fn is not None:
       checkpoint_fn(step, state)
     losses, ep_pairs, ep_words, epoch_start = [], 0, 0, time.time()
@@ -295,7 +311,7 @@ def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_s
                  words_per_sec_with_compile=words_done / max(train_seconds + compile_seconds,
                                                              1e-9),
                  **vectors_lib.evaluate_all(wv, config.eval.restrict_vocab))
-  log_fn(step, results)
+  log_fn(step, _logged_names(results))
   if jax.process_index() == 0:
     paths = vectors_lib.export_vectors(workdir, vocab.words, vectors, config.export_format)
     log("word2vec: " + ", ".join(f"{k} {v:.4g}" for k, v in results.items()) +

@@ -147,7 +147,7 @@ def test_a_real_train_step_through_the_loop(tmp_path, configs_gpt_path):
   del configs_gpt_path
   c = _lm_config(tmp_path, docs=_many_docs(), validation_fraction=0.2)
   result = registry.run(c, str(tmp_path / "work"))
-  assert result["step"] == 2 and math.isfinite(result["loss"])
+  assert result["step"] == 2 and math.isfinite(result["train/loss"])
   assert 1.0 < result["eval/perplexity"] < 2 * 300 and result["eval/bits_per_byte"] > 0
   assert os.path.isdir(tmp_path / "work" / "checkpoints" / "2")
   task = registry.get_task(c)

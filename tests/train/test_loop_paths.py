@@ -21,9 +21,10 @@ from bert_jax.train import loop, optim, steps
 from tests.train.test_loop import e2e_config
 
 PEAK = 1e9  # fixed MFU denominator: no matmul benchmark per run
-TRAIN_KEYS = {"loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "learning_rate",
-              "grad_norm", "seq_per_sec", "tokens_per_sec", "step_time", "mfu",
-              "skipped_steps"}
+TRAIN_KEYS = {"train/loss", "train/mlm_loss", "train/mlm_accuracy", "train/nsp_loss",
+              "train/nsp_accuracy", "train/learning_rate", "train/grad_norm",
+              "train/skipped_steps", "perf/seq_per_sec", "perf/tokens_per_sec",
+              "perf/step_time_s", "perf/tflops_per_device", "perf/mfu"}
 EVAL_KEYS = {"eval/mlm_loss", "eval/mlm_accuracy", "eval/nsp_loss", "eval/nsp_accuracy"}
 
 
@@ -44,29 +45,59 @@ def _rows(workdir):
 
 
 def _train_rows(workdir):
-  return {r["step"]: r for r in _rows(workdir) if "loss" in r}
+  return {r["step"]: r for r in _rows(workdir) if "train/loss" in r}
 
 
 def _eval_rows(workdir):
   return {r["step"]: r for r in _rows(workdir) if any(k.startswith("eval/") for k in r)}
 
 
-def _tensorboard_scalars(workdir) -> dict:
-  """{tag: {step: value}} of the workdir's event files (TFRecord framing, no TensorFlow)."""
+def _tensorboard_events(workdir):
+  """The events of the workdir's event files (TFRecord framing, no TensorFlow)."""
   from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-  out = {}
   for path in glob.glob(os.path.join(workdir, "events.out.tfevents*")):
     with open(path, "rb") as f:
       data = f.read()
     pos = 0
     while pos < len(data):
       (n,) = struct.unpack("<Q", data[pos:pos + 8])
-      event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
+      yield event_pb2.Event.FromString(data[pos + 12:pos + 12 + n])
       pos += 12 + n + 4  # length, its crc, the record, its crc
-      for v in event.summary.value:
-        if v.HasField("simple_value"):
-          out.setdefault(v.tag, {})[event.step] = v.simple_value
+
+
+def _tensorboard_scalars(workdir) -> dict:
+  """{tag: {step: value}} of the workdir's scalars."""
+  out = {}
+  for event in _tensorboard_events(workdir):
+    for v in event.summary.value:
+      if v.HasField("simple_value"):
+        out.setdefault(v.tag, {})[event.step] = v.simple_value
   return out
+
+
+def _tensorboard_texts(workdir) -> dict:
+  """{tag: text} of the text summaries (the text plugin stores a string tensor)."""
+  return {v.tag.removesuffix("/text_summary"): v.tensor.string_val[0].decode()
+          for event in _tensorboard_events(workdir) for v in event.summary.value
+          if v.metadata.plugin_data.plugin_name == "text"}
+
+
+def _tensorboard_hparams(workdir):
+  """({name: HParam value proto} of the session start, {metric tags} of the experiment):
+  what TensorBoard's hparams plugin reads (its plugin data, version 0)."""
+  from tensorboardX.proto import plugin_hparams_pb2  # pylint: disable=g-import-not-at-top
+  hparams, tags = None, None
+  for event in _tensorboard_events(workdir):
+    for v in event.summary.value:
+      if v.metadata.plugin_data.plugin_name != "hparams":
+        continue
+      data = plugin_hparams_pb2.HParamsPluginData.FromString(v.metadata.plugin_data.content)
+      if v.tag == "_hparams_/session_start_info":
+        hparams = dict(data.session_start_info.hparams)
+      elif v.tag == "_hparams_/experiment":
+        tags = {m.name.tag for m in data.experiment.metric_infos}
+  assert hparams is not None and tags is not None, "no hparams summary in the event files"
+  return hparams, tags
 
 
 @pytest.fixture(scope="module")
@@ -107,20 +138,37 @@ def test_periodic_eval_and_train_metrics(evaluated):
   for step, row in train.items():
     assert TRAIN_KEYS <= set(row), (step, sorted(row))
     assert all(np.isfinite(row[k]) for k in TRAIN_KEYS), row
-    assert row["skipped_steps"] == 0
-    assert row["loss"] == pytest.approx(row["mlm_loss"] + row["nsp_loss"], rel=1e-5)
-    assert row["learning_rate"] == pytest.approx(float(schedule(step - 1)))
-    assert 0.0 <= row["mlm_accuracy"] <= 1.0 and 0.0 <= row["nsp_accuracy"] <= 1.0
-    assert row["grad_norm"] > 0 and row["step_time"] > 0 and row["mfu"] > 0
-    assert row["tokens_per_sec"] / row["seq_per_sec"] == pytest.approx(16)
-    assert row["seq_per_sec"] * row["step_time"] == pytest.approx(8)  # batch of 8
-    assert row["mfu"] == pytest.approx(flops / row["step_time"] / (8 * PEAK))
+    assert row["train/skipped_steps"] == 0
+    assert row["train/loss"] == pytest.approx(row["train/mlm_loss"] + row["train/nsp_loss"],
+                                              rel=1e-5)
+    assert row["train/learning_rate"] == pytest.approx(float(schedule(step - 1)))
+    assert 0.0 <= row["train/mlm_accuracy"] <= 1.0
+    assert 0.0 <= row["train/nsp_accuracy"] <= 1.0
+    assert row["train/grad_norm"] > 0 and row["perf/step_time_s"] > 0 and row["perf/mfu"] > 0
+    assert row["perf/tokens_per_sec"] / row["perf/seq_per_sec"] == pytest.approx(16)
+    assert row["perf/seq_per_sec"] * row["perf/step_time_s"] == pytest.approx(8)  # batch of 8
+    assert row["perf/mfu"] == pytest.approx(flops / row["perf/step_time_s"] / (8 * PEAK))
+    # TFLOP/s per device: the same FLOPs over the same time, on 8 devices.
+    assert row["perf/tflops_per_device"] == pytest.approx(
+        flops / row["perf/step_time_s"] / 8 / 1e12)
 
   tb = _tensorboard_scalars(workdir)
   assert {s: pytest.approx(r["eval/mlm_accuracy"]) for s, r in evals.items()} == tb[
       "eval/mlm_accuracy"]
-  assert {s: pytest.approx(r["loss"]) for s, r in train.items()} == tb["loss"]
+  assert {s: pytest.approx(r["train/loss"]) for s, r in train.items()} == tb["train/loss"]
   assert set(tb) >= TRAIN_KEYS | EVAL_KEYS
+  # The run's end: its config and final metrics on TensorBoard's hparams dashboard.
+  hparams, metric_tags = _tensorboard_hparams(workdir)
+  assert hparams["train.learning_rate"].number_value == pytest.approx(0.3)
+  assert hparams["train.best_metric"].string_value == "mlm_loss"
+  assert hparams["model.num_layers"].number_value == 1
+  assert hparams["train.async_checkpoints"].bool_value is True
+  assert hparams["mesh_shape"].string_value == "(8, 1, 1)"
+  assert metric_tags >= {"train/loss", "perf/mfu"} | EVAL_KEYS
+  assert metric_tags <= set(tb)  # each one a logged scalar the dashboard can show
+  # The MFU denominator is named where the run's perf scalars are.
+  assert _tensorboard_texts(workdir)["perf/mfu_peak"].startswith(
+      "MFU peak: 1.0 GFLOP/s per device, config train.peak_flops_per_device")
 
 
 def test_keeps_the_latest_and_the_best_checkpoint(evaluated):
@@ -153,7 +201,7 @@ def test_skip_nonfinite_skips_the_step_and_finishes(data_dir, tmp_path, monkeypa
   assert result["step"] == 6 and not result["preempted"]
   train = _train_rows(str(tmp_path))
   assert sorted(train) == [3, 6]
-  assert train[3]["skipped_steps"] == 1 and train[6]["skipped_steps"] == 0
+  assert train[3]["train/skipped_steps"] == 1 and train[6]["train/skipped_steps"] == 0
   assert all(np.isfinite(r[k]) for r in train.values() for k in TRAIN_KEYS)
   _, params, _ = ckpt_lib.load_params_for_inference(str(tmp_path))
   leaves = jax.tree_util.tree_leaves(params)
@@ -178,7 +226,7 @@ def test_lamb_lowers_the_loss_and_checkpoints_its_state(data_dir, tmp_path):
   config = paths_config(data_dir, 8, optimizer="lamb", learning_rate=0.2, warmup_steps=0,
                         schedule="constant", batch_size=32)
   loop.train_and_evaluate(config, str(tmp_path), registry.get_task(config))
-  losses = {s: r["loss"] for s, r in _train_rows(str(tmp_path)).items()}
+  losses = {s: r["train/loss"] for s, r in _train_rows(str(tmp_path)).items()}
   assert sorted(losses) == list(range(1, 9))
   assert losses[8] < losses[1] - 0.3, losses
   ck = ckpt_lib.Checkpointer(str(tmp_path / "checkpoints"))
@@ -198,9 +246,9 @@ def test_sequence_length_phases_switch_the_batch_shape(data_dir, tmp_path, capsy
   out = capsys.readouterr().out
   assert "phase 1: " in out and "'max_seq_length': 32" in out
   train = _train_rows(str(tmp_path))
-  ratio = {s: r["tokens_per_sec"] / r["seq_per_sec"] for s, r in train.items()}
+  ratio = {s: r["perf/tokens_per_sec"] / r["perf/seq_per_sec"] for s, r in train.items()}
   assert ratio == {s: pytest.approx(16 if s <= 4 else 32) for s in range(1, 9)}
-  assert all(np.isfinite(r["loss"]) for r in train.values())
+  assert all(np.isfinite(r["train/loss"]) for r in train.values())
 
 
 def test_mlm_packed_trains_without_nsp(data_dir, tmp_path):
@@ -211,9 +259,10 @@ def test_mlm_packed_trains_without_nsp(data_dir, tmp_path):
   train = _train_rows(str(tmp_path))
   assert sorted(train) == [1, 2, 3, 4]
   for row in train.values():
-    assert {"mlm_loss", "mlm_accuracy"} <= set(row)
+    assert {"train/mlm_loss", "train/mlm_accuracy"} <= set(row)
     assert not [k for k in row if "nsp" in k], row
-    assert np.isfinite(row["loss"]) and row["loss"] == pytest.approx(row["mlm_loss"], rel=1e-5)
+    assert np.isfinite(row["train/loss"])
+    assert row["train/loss"] == pytest.approx(row["train/mlm_loss"], rel=1e-5)
   evals = _eval_rows(str(tmp_path))
   assert sorted(evals) == [4]
   assert set(evals[4]) - {"step", "time"} == {"eval/mlm_loss", "eval/mlm_accuracy"}
@@ -242,7 +291,7 @@ def test_fine_tunes_from_our_pretraining_checkpoint(evaluated, tmp_path):
   np.testing.assert_array_equal(loaded["bert"]["embeddings"]["token_embedder"]["embedding"],
                                 saved["bert"]["embeddings"]["token_embedder"]["embedding"])
   result = loop.train_and_evaluate(c, str(tmp_path / "ft"), registry.get_task(c))
-  assert result["step"] == 2 and np.isfinite(result["loss"])
+  assert result["step"] == 2 and np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/accuracy"] <= 1.0
 
 
@@ -260,6 +309,7 @@ def test_a_log_window_across_a_phase_switch_counts_each_step_at_its_length(data_
   preds = {16: 4, 32: 6}
   for step, row in train.items():
     n = len(lengths[step])
-    assert row["tokens_per_sec"] / row["seq_per_sec"] == pytest.approx(sum(lengths[step]) / n)
+    assert row["perf/tokens_per_sec"] / row["perf/seq_per_sec"] == pytest.approx(
+        sum(lengths[step]) / n)
     flops = sum(8 * task.flops_per_example(t, preds[t]) for t in lengths[step]) / n
-    assert row["mfu"] == pytest.approx(flops / row["step_time"] / (8 * PEAK))
+    assert row["perf/mfu"] == pytest.approx(flops / row["perf/step_time_s"] / (8 * PEAK))

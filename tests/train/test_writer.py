@@ -4,7 +4,7 @@ import logging
 import math
 import time
 
-from bert_jax.train.writer import MetricWriter, progress_line
+from bert_jax.train.writer import MetricWriter, eval_report, flatten_config, progress_line
 
 
 def test_non_finite_scalars_are_n_a_in_jsonl_and_absent_from_tensorboard(tmp_path, caplog):
@@ -14,20 +14,54 @@ def test_non_finite_scalars_are_n_a_in_jsonl_and_absent_from_tensorboard(tmp_pat
   add = writer.tb.add_scalar
   writer.tb.add_scalar = lambda k, v, step: (added.append(k), add(k, v, step))
   with caplog.at_level(logging.WARNING):
-    writer.write_scalars(3, {"loss": 0.5, "wordsim353": math.nan, "analogy": math.inf})
+    writer.write_scalars(3, {"train/loss": 0.5, "eval/wordsim353": math.nan,
+                             "eval/analogy": math.inf})
   writer.close()
-  assert added == ["loss"]
+  assert added == ["train/loss"]
   assert not [r for r in caplog.records if "NaN or Inf" in r.getMessage()]
   (line,) = open(tmp_path / "metrics.jsonl").read().splitlines()
   record = json.loads(line)  # strict JSON: no bare NaN / Infinity
-  assert record["loss"] == 0.5 and record["wordsim353"] == "n/a" and record["analogy"] == "n/a"
+  assert record["train/loss"] == 0.5
+  assert record["eval/wordsim353"] == "n/a" and record["eval/analogy"] == "n/a"
   assert "NaN" not in line and "Infinity" not in line
 
 
 def test_progress_line_shows_the_task_labels():
-  line = progress_line(120, 2000, {"loss": 6.1234, "mlm_accuracy": 0.0812, "mfu": 0.25},
+  line = progress_line(120, 2000, {"train/loss": 6.1234, "train/mlm_accuracy": 0.0812,
+                                  "perf/mfu": 0.25, "perf/seq_per_sec": 1520.4},
                        65.0, labels=(("mlm_accuracy", "mlm_acc"),))
-  assert line == "step 120/2000 | loss 6.1234 | mlm_acc 0.081 | mfu 25.0% | ETA 1m05s"
+  assert line == ("step 120/2000 | loss 6.1234 | mlm_acc 0.081 | seq/s 1520 | mfu 25.0% "
+                  "| ETA 1m05s")
+
+
+def test_eval_report_headline_then_a_per_class_table():
+  """All 14 classes' scores once fit on one ~2,500-character line; now the headline stays
+  on the step line and the classes are rows of an aligned table."""
+  metrics = {"accuracy": 0.75, "macro_f1": 0.5,
+             "precision/neg": 1.0, "recall/neg": 0.5, "f1/neg": 2 / 3, "support/neg": 4,
+             "precision/positive": 0.6, "recall/positive": 1.0, "f1/positive": 0.75,
+             "support/positive": 3}
+  assert eval_report(40, metrics).splitlines() == [
+      "eval @ 40: accuracy 0.7500 | macro_f1 0.5000",
+      "  class    precision    recall        f1   support",
+      "  neg         1.0000    0.5000    0.6667         4",
+      "  positive    0.6000    1.0000    0.7500         3"]
+  # NER's micro scores are headline metrics; a type with only some columns leaves blanks.
+  ner = eval_report(7, {"precision": 0.8, "f1": 0.5, "f1/PER": 1.0, "recall/LOC": 0.0})
+  assert ner.splitlines() == ["eval @ 7: precision 0.8000 | f1 0.5000",
+                              "  class    recall        f1",
+                              "  PER                1.0000",
+                              "  LOC      0.0000          "]
+  assert eval_report(2, {"mlm_loss": 6.5}) == "eval @ 2: mlm_loss 6.5000"
+
+
+def test_flatten_config_keeps_scalars_and_writes_the_rest_as_text():
+  flat = flatten_config({"seed": 0, "train": {"learning_rate": 1e-4, "phases": ({"a": 1},),
+                                              "async": True, "opt": {"name": "adamw"}},
+                         "mesh_shape": (-1, 1, 1), "vocab_path": None})
+  assert flat == {"seed": 0, "train.learning_rate": 1e-4, "train.phases": "({'a': 1},)",
+                  "train.async": True, "train.opt.name": "adamw", "mesh_shape": "(-1, 1, 1)",
+                  "vocab_path": "None"}
 
 
 def _events(path):

@@ -18,10 +18,13 @@ def _run(path, rows):
 
 
 def test_curves_several_runs_train_and_eval(tmp_path, capsys):
-  a = _run(tmp_path / "a", [{"step": s, "loss": 10 - s, "mlm_accuracy": s / 10} for s in
-                            (1, 2, 3)] + [{"step": 3, "eval/loss": 8.5}])
-  b = _run(tmp_path / "b", [{"step": 2, "loss": 5.0}, {"step": 2, "loss": 4.0}])  # resumed
+  a = _run(tmp_path / "a", [{"step": s, "train/loss": 10 - s, "train/mlm_accuracy": s / 10}
+                            for s in (1, 2, 3)] + [{"step": 3, "eval/loss": 8.5}])
+  # A run logged before the train/ prefix, resumed: the later row of a step wins.
+  b = _run(tmp_path / "b", [{"step": 2, "loss": 5.0}, {"step": 2, "loss": 4.0}])
   assert curves.series(curves.read_metrics(b), "loss")[1].tolist() == [4.0]
+  assert curves.train_series(curves.read_metrics(b), "loss")[1].tolist() == [4.0]
+  assert curves.train_series(curves.read_metrics(a), "loss")[1].tolist() == [9.0, 8.0, 7.0]
   png = tmp_path / "c.png"
   assert cli.main(["curves", "--workdir", a, "--workdir", b, "--metrics", "loss",
                    "--output", str(png)]) == 0
@@ -29,7 +32,8 @@ def test_curves_several_runs_train_and_eval(tmp_path, capsys):
   assert "a loss: train 9.0000 -> 7.0000 (steps 1..3); eval last 8.5000 @ 3" in out
   assert matplotlib.image.imread(png).shape == (360, 460, 4)
   assert cli.main(["curves", "--workdir", a, "--metrics", "nsp_accuracy"]) == 2
-  assert "no run logged it (logged: eval/loss, loss, mlm_accuracy)" in capsys.readouterr().err
+  assert ("no run logged it (logged: eval/loss, train/loss, train/mlm_accuracy)"
+          in capsys.readouterr().err)
 
 
 def test_pca_matches_covariance_eigenvectors():

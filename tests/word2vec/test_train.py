@@ -161,8 +161,8 @@ def test_short_training_run_beats_random_vectors(tmp_path):
   # Epoch checkpoints, metrics.jsonl, and the exported vectors.
   assert [e for _, e in checkpoints] == [1, 2] and checkpoints[-1][0] == int(out["state"]["step"])
   lines = [json.loads(l) for l in open(os.path.join(tmp_path, "metrics.jsonl"))]
-  assert all("step" in l for l in lines) and "loss" in lines[0]
-  assert lines[-1]["wordsim353_spearman"] == pytest.approx(trained_rho)
+  assert all("step" in l for l in lines) and "train/loss" in lines[0]
+  assert lines[-1]["eval/wordsim353_spearman"] == pytest.approx(trained_rho)
   loaded = load_word2vec_format(os.path.join(tmp_path, "vectors.bin"))
   np.testing.assert_array_equal(loaded.vectors, out["word_vectors"].vectors)
 
@@ -256,11 +256,13 @@ def test_default_run_writes_tensorboard_and_metrics_jsonl(tmp_path):
   events = list((tmp_path / "run").glob("events.out.tfevents.*"))
   assert len(events) == 1
   content = events[0].read_bytes()
-  assert b"epoch_loss" in content and b"wordsim353_pairs" in content
+  assert b"train/epoch_loss" in content and b"eval/wordsim353_pairs" in content
+  assert b"_hparams_/session_start_info" in content and b"model.embed_dim" in content
   lines = [json.loads(l) for l in open(tmp_path / "run" / "metrics.jsonl")]
-  assert [l["epoch"] for l in lines if "epoch" in l] == [1]
+  assert [l["train/epoch"] for l in lines if "train/epoch" in l] == [1]
   assert lines[-1]["step"] == int(out["state"]["step"])
-  assert lines[-1]["effective_words"] == out["metrics"]["effective_words"]
+  assert lines[-1]["perf/effective_words"] == out["metrics"]["effective_words"]
+  assert {k.split("/")[0] for l in lines for k in l} == {"step", "time", "train", "perf", "eval"}
   assert checkpoint_steps(tmp_path / "run") == [int(out["state"]["step"])]
 
 

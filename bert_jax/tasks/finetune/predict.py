@@ -25,7 +25,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import checkpoint, paths
+from bert_jax import checkpoint, paths, progress
 from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan
 from bert_jax.train import steps
 from bert_jax.train.writer import log
@@ -82,7 +82,8 @@ def predict(config: ml_collections.ConfigDict, workdir: str, task, step_dir: str
         f"{e}\n(predict with the config the workdir was trained with: same labels, "
         "pooling and model.)") from None
   fn = jax.jit(functools.partial(steps.predict_step, task=task))
-  outputs = [jax.device_get(fn(params, batch)) for batch in batches]
+  outputs = [jax.device_get(fn(params, batch))
+             for batch in progress.bar(batches, desc="predict", unit="batch")]
   outputs = {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
 
   count = 0

@@ -87,7 +87,8 @@ def test_init_from_hf_puts_the_pretrained_encoder_under_bert(csv_files, tmp_path
   assert task.label_list == ("neg", "pos") and task.num_labels == 2
 
 
-def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path, monkeypatch):
+def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path, monkeypatch,
+                                                            capsys):
   c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
            eval_file=csv_files[1], labels="neg,pos")
   c.train.num_epochs = 2.0
@@ -104,8 +105,19 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path,
   kept = {int(n) for n in os.listdir(tmp_path / "checkpoints") if n.isdigit()}
   acc = {r["step"]: r["eval/accuracy"] for r in evals}
   assert 4 in kept and kept <= {2, 4} and max(acc[s] for s in kept) == max(acc.values())
-  assert np.isfinite(result["loss"])
+  assert np.isfinite(result["train/loss"])
   assert os.path.exists(os.path.join(tmp_path, "tokenizer", "tokenizer.json"))
+  out = capsys.readouterr().out
+  # No datasheet peak for a CPU: the log names the measured one MFU divides by.
+  assert "measured float32 matmul (no datasheet figure for device_kind 'cpu')" in out
+  # Each evaluation: the headline on the step line, then one table row per class.
+  report = out[out.index("eval @ 4: "):].splitlines()
+  assert report[0].startswith("eval @ 4: accuracy ") and "precision" not in report[0]
+  assert report[1].split() == ["class", "precision", "recall", "f1", "support"]
+  assert [r.split()[0] for r in report[2:4]] == ["neg", "pos"]
+  assert [float(r.split()[1]) for r in report[2:4]] == pytest.approx(
+      [result["eval/precision/neg"], result["eval/precision/pos"]], abs=5e-5)
+  assert sum(int(r.split()[4]) for r in report[2:4]) == 8  # the 8 kept eval rows
 
   inputs = tmp_path / "in.csv"
   inputs.write_text('sentence\n"A fine, funny film."\n""\nDull.\n', encoding="utf-8")
@@ -142,7 +154,7 @@ def test_glue_sst2_one_real_training_run_under_mock_data(tmp_path, tfds):
   c = tiny("classification", "glue/sst2", "accuracy")
   with tfds.testing.mock_data(num_examples=16):
     result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
-  assert result["step"] == 2 and np.isfinite(result["loss"])
+  assert result["step"] == 2 and np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/accuracy"] <= 1.0
 
 
@@ -156,7 +168,7 @@ def test_conll2003_one_real_training_run_under_mock_data(tmp_path, tfds):
   c = tiny("ner", "conll2003", "f1", eval_split="dev")
   with records_mock(records):
     result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
-  assert result["step"] == 1 and np.isfinite(result["loss"])
+  assert result["step"] == 1 and np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/f1"] <= 1.0 and 0.0 <= result["eval/precision"] <= 1.0
 
 
@@ -174,7 +186,7 @@ def test_squad_one_real_training_run_under_mock_data(tmp_path, tfds):
   windows = task.train_features["example_index"]
   assert len(windows) > len(records)  # the 32-token rows split each context (doc stride)
   assert result["step"] == -(-len(windows) // 8)  # one epoch of windows, batch 8
-  assert np.isfinite(result["loss"])
+  assert np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/exact_match"] <= 100.0 and 0.0 <= result["eval/f1"] <= 100.0
 
 
@@ -192,11 +204,15 @@ def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatc
 
   def write_then_preempt(self, step, scalars):
     write(self, step, scalars)
-    if step == 3 and "loss" in scalars:
+    if step == 3 and "train/loss" in scalars:
       os.kill(os.getpid(), signal.SIGTERM)  # the loop saves step 3 and stops
 
   monkeypatch.setattr(writer_lib.MetricWriter, "write_scalars", write_then_preempt)
   reads = _count_param_reads(monkeypatch)
+  # The interrupted run also logs to Weights & Biases (offline: nothing leaves the machine).
+  monkeypatch.setenv("WANDB_MODE", "offline")
+  monkeypatch.setenv("WANDB_SILENT", "true")
+  c.wandb.project = "bert_jax_test"
   first = loop.train_and_evaluate(c, str(tmp_path / "cut"), registry.get_task(c))
   assert first["preempted"] and first["step"] == 3
   assert reads == [TINY_BERT]  # the fresh run starts from init_from's encoder
@@ -205,9 +221,14 @@ def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatc
   assert reads == [TINY_BERT]  # the resumed run restores its own checkpoint only
 
   def losses(d):
-    return {r["step"]: r["loss"] for r in _records(d) if "loss" in r}
+    return {r["step"]: r["train/loss"] for r in _records(d) if "train/loss" in r}
   whole, cut = losses(tmp_path / "whole"), losses(tmp_path / "cut")
+  # One W&B run id, kept in the workdir: the rerun continued the interrupted W&B run.
+  run_id = (tmp_path / "cut" / "wandb_run_id").read_text().strip()
+  offline = sorted(p.name for p in (tmp_path / "cut" / "wandb").glob("offline-run-*"))
+  assert len(offline) == 2 and all(n.endswith(f"-{run_id}") for n in offline), offline
   # Each step logged once: the rerun resumed at step 4 rather than starting over.
-  assert [r["step"] for r in _records(tmp_path / "cut") if "loss" in r] == [1, 2, 3, 4, 5, 6]
+  assert [r["step"] for r in _records(tmp_path / "cut") if "train/loss" in r] == [
+      1, 2, 3, 4, 5, 6]
   for step in range(1, 7):
     assert abs(cut[step] - whole[step]) <= 1e-6, (step, cut[step], whole[step])

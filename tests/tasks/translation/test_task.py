@@ -47,7 +47,7 @@ def test_gru_baseline_trains_and_decodes_on_the_same_loop(tmp_path):
   config = translation_config("numbers_gru")
   config.decode.eval_beam_size = 1  # greedy in the loop; GRU beam search: test_search.py
   result = registry.run(config, str(tmp_path))
-  assert result["step"] == 2 and math.isfinite(result["loss"])
+  assert result["step"] == 2 and math.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/bleu"] <= 100.0
 
 
@@ -58,5 +58,5 @@ def test_ted_hrlr_translate_mock_data_through_the_loop(tmp_path):
   config.data.vocab_size = 300  # random mock text: every character is a token
   with tfds.testing.mock_data(num_examples=16):
     result = registry.run(config, str(tmp_path))
-  assert result["step"] == 2 and math.isfinite(result["loss"])
+  assert result["step"] == 2 and math.isfinite(result["train/loss"])
   assert "eval/bleu" in result

@@ -117,7 +117,7 @@ class ClassificationTask(FinetuneTask):
       prf = metrics_lib.precision_recall_f1(labels, preds, range(self.num_labels))
       result["macro_f1"] = float(np.mean(prf["f1"]))
       for i, name in enumerate(self.label_list):
-        for k in ("precision", "recall", "f1"):
+        for k in ("precision", "recall", "f1", "support"):
           result[f"{k}/{name}"] = float(prf[k][i])
     return result
 

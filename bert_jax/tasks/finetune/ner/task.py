@@ -108,7 +108,8 @@ class NerTask(FinetuneTask):
     scores = metrics_lib.entity_scores(gold, pred, mode=self.entity_mode)
     result = {k: float(scores[k]) for k in ("precision", "recall", "f1")}
     for t, s in scores["per_type"].items():
-      result[f"f1/{t}"] = float(s["f1"])
+      for k in ("precision", "recall", "f1", "support"):
+        result[f"{k}/{t}"] = float(s[k])
     return result
 
   def prediction_records(self, examples, features, outputs):

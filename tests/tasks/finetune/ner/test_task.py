@@ -71,7 +71,9 @@ def test_host_metrics_equal_seqeval_in_both_modes(tmp_path, mode):
   types = {k for k in report if not k.endswith(" avg")}
   assert {k.split("/", 1)[1] for k in got if k.startswith("f1/")} == types
   for t in types:
-    assert got[f"f1/{t}"] == pytest.approx(report[t]["f1-score"], abs=1e-12)
+    for ours, theirs in (("precision", "precision"), ("recall", "recall"),
+                         ("f1", "f1-score"), ("support", "support")):
+      assert got[f"{ours}/{t}"] == pytest.approx(report[t][theirs], abs=1e-12), (ours, t)
   # By hand: gold PER(0-1) LOC | ORG MISC. Default reads PER(0-1) LOC | ORG MISC LOC(3):
   # 4 of 5 predicted right, all 4 gold found. Strict drops the I- start and the I-LOC
   # after B-MISC: LOC | ORG MISC, 3 of 3 right, 3 of 4 gold found.
