@@ -105,14 +105,14 @@ def run_ours(args, c, tmp: str, rep: int) -> dict:
                                 f"{lines[-1] if lines else '(no output)'}")
   with open(os.path.join(workdir, "metrics.jsonl"), encoding="utf-8") as f:
     records = [json.loads(line) for line in f]
-  train = [r for r in records if "step_time" in r]
+  train = [r for r in records if "perf/step_time_s" in r]
   ends = [r["step"] for r in train]
   sizes = np.diff([0] + ends)
   seconds, counts = bench_util.compile_log(proc.stderr)
   accuracy = [r["eval/accuracy"] for r in records if "eval/accuracy" in r]
   return dict(process_s=wall, window_ends=ends,
-              window_s=[r["step_time"] * n for r, n in zip(train, sizes)],
-              window_loss=[r["loss"] for r in train],
+              window_s=[r["perf/step_time_s"] * n for r, n in zip(train, sizes)],
+              window_loss=[r["train/loss"] for r in train],
               compile_s=seconds.get("train_step", float("nan")),
               compiles=counts.get("train_step", 0), all_compile_s=sum(seconds.values()),
               eval_accuracy=accuracy[-1] if accuracy else float("nan"))
