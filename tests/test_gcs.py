@@ -223,3 +223,42 @@ def test_prepare_uses_a_gcs_vocab_and_refuses_a_gcs_data_dir(gcs, tmp_path, monk
                                        r"built on local disk"):
     prepare.prepare(cfg, verbose=False)
   assert not os.path.exists(tmp_path / "gs:")
+
+
+def test_a_gpt2_dir_in_gcs_loads_and_saves_like_a_local_one(gcs):
+  """GPT-2 init_from / export on gs://: transformers' tiny_gpt2 files copied into the
+  bucket load as the same config, params and BPE tokenizer (vocab.json + merges.txt);
+  saved back to the bucket, the tensors are transformers' own."""
+  import safetensors.numpy
+  from bert_jax.interop import gpt2
+  local = os.path.join(os.path.dirname(__file__), "testdata", "hf", "tiny_gpt2")
+  for name in ("config.json", "model.safetensors", "vocab.json", "merges.txt"):
+    with open(os.path.join(local, name), "rb") as f:
+      gcs.pipe(f"bucket/gpt2/{name}", f.read())
+  want_cfg, want = gpt2.load_gpt2(local)
+  got_cfg, got = gpt2.load_gpt2("gs://bucket/gpt2")
+  assert got_cfg == want_cfg
+  jax.tree_util.tree_map(np.testing.assert_array_equal, got, want)
+  text = "Hello world, hello GCS"
+  tok = gpt2.load_gpt2_tokenizer("gs://bucket/gpt2")
+  assert tok.encode(text).ids == gpt2.load_gpt2_tokenizer(local).encode(text).ids
+  gpt2.save_gpt2("gs://bucket/gpt2-out", got_cfg, got, tokenizer=tok)
+  gcs.invalidate_cache()
+  saved = safetensors.numpy.load(gcs.cat("bucket/gpt2-out/model.safetensors"))
+  original = safetensors.numpy.load_file(os.path.join(local, "model.safetensors"))
+  for k in saved:
+    np.testing.assert_array_equal(saved[k], original[k], err_msg=k)
+  assert gpt2.load_gpt2_tokenizer("gs://bucket/gpt2-out").encode(text).ids == \
+      tok.encode(text).ids
+
+
+def test_predictions_replace_an_older_file_in_gcs(gcs):
+  """Fine-tuning predictions are written to <path>.tmp and moved over <path>: on gs://
+  too, a second run's file replaces the first one's and no .tmp is left."""
+  from bert_jax.tasks.finetune import predict
+  for run in ("first", "second"):
+    with predict._atomic("gs://bucket/pred/predictions.jsonl") as f:
+      f.write(f'{{"run": "{run}"}}\n')
+  gcs.invalidate_cache()
+  assert gcs.cat("bucket/pred/predictions.jsonl") == b'{"run": "second"}\n'
+  assert [p.rsplit("/", 1)[1] for p in gcs.ls("bucket/pred")] == ["predictions.jsonl"]
