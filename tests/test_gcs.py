@@ -18,6 +18,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests.tasks.test_lm import DOCS, _lm_config, configs_gpt_path  # noqa: F401 (fixture)
 from tests.train.test_loop import _flags, _run_main, e2e_config
 
 # gcsfs's zonal/HNS class (its default) probes a gRPC storage-control API that the
@@ -105,6 +106,17 @@ def test_pretraining_in_a_gcs_workdir_is_killed_resumed_and_read_back(gcs, tmp_p
                  if p.rsplit("/", 1)[1].isdigit())
   assert ckpts[-1] == 6
   assert gcs.ls("bucket/run/checkpoints/6/state")
+
+  # Exported from the bucket into the bucket (the export CLI, config.export_hf): the HF
+  # directory holds the checkpoint's encoder and vocabulary.
+  from bert_jax import export, pretrained
+  architecture, step_dir = export.export(workdir, "gs://bucket/run-hf", "latest")
+  assert step_dir == "gs://bucket/run/checkpoints/6", step_dir
+  assert architecture == "BertForPreTraining"
+  _, ours, our_tok = pretrained.load_encoder(step_dir)
+  _, theirs, their_tok = pretrained.load_encoder("gs://bucket/run-hf")
+  jax.tree_util.tree_map(np.testing.assert_array_equal, theirs, ours)
+  assert their_tok.get_vocab() == our_tok.get_vocab()
 
 
 def test_gs_workdir_without_gcsfs_is_one_line_error(monkeypatch):
@@ -262,3 +274,26 @@ def test_predictions_replace_an_older_file_in_gcs(gcs):
   gcs.invalidate_cache()
   assert gcs.cat("bucket/pred/predictions.jsonl") == b'{"run": "second"}\n'
   assert [p.rsplit("/", 1)[1] for p in gcs.ls("bucket/pred")] == ["predictions.jsonl"]
+
+
+def test_lm_prepare_takes_its_bpe_from_gcs(gcs, tmp_path, configs_gpt_path):
+  """GPT's data.vocab_path on gs:// (vocab.json + merges.txt of transformers' tiny_gpt2):
+  the streams are that tokenizer's ids, `<eot> doc` per document; its data_dir on gs://
+  is the one-line error."""
+  del configs_gpt_path
+  from bert_jax.interop import gpt2
+  from bert_jax.tasks.lm import data as lm_data
+  local = os.path.join(os.path.dirname(__file__), "testdata", "hf", "tiny_gpt2")
+  for name in ("vocab.json", "merges.txt"):
+    with open(os.path.join(local, name), "rb") as f:
+      gcs.pipe(f"bucket/bpe/{name}", f.read())
+  c = _lm_config(tmp_path)
+  c.data.vocab_path = "gs://bucket/bpe"
+  prepared = lm_data.prepare(c.data, verbose=False)
+  tok = gpt2.load_gpt2_tokenizer(local)
+  starts = list(prepared.starts("train")) + [len(prepared.tokens("train"))]
+  docs = [np.asarray(prepared.tokens("train")[a:b]) for a, b in zip(starts, starts[1:])]
+  assert [d.tolist() for d in docs] == [[prepared.eot_id] + tok.encode(t).ids for t in DOCS]
+  c.data.data_dir = "gs://bucket/lm-data"
+  with pytest.raises(ValueError, match=r"^data.data_dir gs://bucket/lm-data: prepared data"):
+    lm_data.prepare(c.data, verbose=False)
