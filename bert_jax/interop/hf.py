@@ -47,14 +47,14 @@ MODELS = ("pretraining", "encoder")
 def read_config_json(path: str) -> tuple[str, dict]:
   """(path of config.json, its dict) of an HF model directory or the file itself."""
   # Local or gs:// (init_from, an export target) through epath.
-  config_path = paths.resolve(path)
-  if config_path.is_dir():
-    config_path = config_path / "config.json"
-  if not config_path.exists():
+  where = paths.resolve(path)
+  if where.is_dir():
+    where = where / "config.json"
+  if not where.exists():
     raise FileNotFoundError(f"No config.json at {path}.")
-  config_path = os.fspath(config_path)
+  config_path = os.fspath(where)
   try:
-    hf = json.loads(paths.resolve(config_path).read_bytes().decode("utf-8"))
+    hf = json.loads(where.read_bytes().decode("utf-8"))
   except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, absurd nesting
     raise ValueError(f"{config_path} is not valid UTF-8 JSON: {str(e)[:200]}") from e
   if not isinstance(hf, dict):
