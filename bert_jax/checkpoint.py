@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import json
 import logging
 import shutil
@@ -51,6 +52,24 @@ def _out_of_space(e: BaseException) -> bool:
   return False
 
 
+@functools.cache
+def _single_process_array_saves() -> None:
+  """In one process, orbax's replica-parallel saving (on by default off GPU) only cuts each
+  replicated shard into per-replica slices, each an XLA compile of its own, which this
+  same process then writes: a first save of 20 small arrays on 8 CPU devices took 13.6 s
+  instead of 0.5 s (under contention). Several processes keep it: each writes its share.
+  Only how the arrays are read off the devices changes; the files are the same. Once per
+  process (the registry is orbax's global one; no override warning)."""
+  if jax.process_count() == 1:
+    # pylint: disable=g-import-not-at-top
+    from orbax.checkpoint._src.metadata import array_metadata_store
+    from orbax.checkpoint._src.serialization import type_handler_registry
+    type_handler_registry.GLOBAL_TYPE_HANDLER_REGISTRY.add(
+        jax.Array, ocp.type_handlers.ArrayHandler(
+            array_metadata_store=array_metadata_store.Store(), use_replica_parallel=False),
+        override=True, ignore_warnings=True)
+
+
 def _item_handlers(state_handler=None) -> dict:
   import grain.checkpoint as gc  # pylint: disable=g-import-not-at-top
   return {"state": state_handler or ocp.StandardCheckpointHandler(),
@@ -68,6 +87,7 @@ class Checkpointer:
   def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True,
                best_metric: Optional[str] = None, best_mode: str = "max"):
     self.directory = paths.resolve(directory)  # gs://bucket/run stays remote
+    _single_process_array_saves()
     policies = [ocm.LatestN(n=keep)]
     best_fn = _best_fn(best_metric, best_mode) if best_metric else None
     if best_fn:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import os
 import re
 import sys
 from typing import Optional, Sequence
@@ -39,6 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax import paths
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
 
@@ -53,11 +53,11 @@ class InputError(Exception):
 # ---------------------------------------------------------------------------- input
 def read_lines(path: str) -> list[str]:
   """The lines of a UTF-8 file, without their "\\n" / "\\r\\n" (a BOM is dropped)."""
-  if not os.path.isfile(path):
-    raise InputError(f"input file {path} does not exist" if not os.path.exists(path)
+  where = paths.resolve(path)  # local or gs://
+  if not where.is_file():
+    raise InputError(f"input file {path} does not exist" if not where.exists()
                      else f"input {path} is not a file")
-  with open(path, "rb") as f:
-    data = f.read()
+  data = where.read_bytes()
   try:
     text = data.decode("utf-8-sig")
   except UnicodeDecodeError as e:
@@ -216,7 +216,7 @@ def _warn(message: str) -> None:
 
 def _check_flags(args, config: TransformerConfig) -> int:
   """Validates flags against the model; returns the effective max_length."""
-  if os.path.isdir(args.output):
+  if paths.resolve(args.output).is_dir():
     raise InputError(f"--output {args.output} is a directory; give a file path")
   if args.batch_size < 1:
     raise InputError(f"--batch_size must be >= 1, got {args.batch_size}")
@@ -233,8 +233,9 @@ def _check_flags(args, config: TransformerConfig) -> int:
 
 
 def _write(path: str, pooling: str, vectors: list[np.ndarray], encoded: Encoded) -> tuple:
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "wb") as f:
+  out = paths.resolve(path)  # local or gs:// (np.save/np.savez write to any file object)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  with out.open("wb") as f:
     if pooling != "none":
       array = np.stack(vectors).astype(np.float32)
       np.save(f, array)

@@ -92,8 +92,8 @@ def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:
   """
   if not paths.resolve(workdir).exists():
     raise ExportError(f"workdir {workdir} does not exist.")
-  if os.path.isdir(output) and os.listdir(output) and not os.path.exists(
-      os.path.join(output, "config.json")):
+  out = paths.resolve(output)  # local or gs://: the interop writers go through epath
+  if out.is_dir() and any(out.iterdir()) and not (out / "config.json").exists():
     raise ExportError(f"--output {output} is a non-empty directory that holds no earlier "
                       "export (no config.json): choose a new or empty directory.")
   directory, steps = checkpoint.checkpoint_steps(workdir)
@@ -136,7 +136,7 @@ def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:
 def _tokenizer_path(config, tokenizer_dir, step_dir: str) -> str:
   """The run's tokenizer: its data.vocab_path when one was given, else the meta's dir."""
   path = os.path.expanduser(config.get("data", {}).get("vocab_path") or tokenizer_dir or "")
-  if not path or not os.path.exists(path):
+  if not path or not paths.resolve(path).exists():
     raise ExportError(f"the tokenizer of {step_dir} ({path or 'none in its meta'}) is "
                       "missing; the export needs the run's vocabulary.")
   return path

@@ -84,7 +84,7 @@ def main(argv):
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   try:
     paths.check_filesystem(FLAGS.workdir, "--workdir")
-    paths.check_filesystem(config.get("init_from"), "config.init_from")
+    paths.check_config(config)  # init_from, data and predict paths
     registry.run(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError, CheckpointSaveError) as e:
     logging.error("%s", e)

@@ -43,3 +43,34 @@ def check_filesystem(path, what: str = "path") -> None:
   if importlib.util.find_spec(package) is None:
     raise ValueError(f"{what} {path} needs the {package} package for {scheme}:// paths "
                      f"(pip install {package}); nothing was written.")
+
+
+def write_atomically(path, data) -> None:
+  """Writes `data` (str or bytes) so that a reader sees the old file or the new one, never
+  a part: locally through `<path>.tmp` renamed over it; on an object store in one upload,
+  which replaces the object whole (and epath's fsspec rename refuses to overwrite)."""
+  target = resolve(path)
+  raw = data.encode("utf-8") if isinstance(data, str) else data
+  if is_remote(path):
+    target.write_bytes(raw)
+    return
+  target.parent.mkdir(parents=True, exist_ok=True)
+  tmp = target.parent / (target.name + ".tmp")
+  tmp.write_bytes(raw)
+  os.replace(tmp, target)
+
+
+# Path-valued config fields a run may read or write (those unset in a config are skipped).
+_CONFIG_PATHS = ("init_from", "data.data_dir", "data.vocab_path", "data.vocab",
+                 "predict.input_file", "predict.output_file")
+
+
+def check_config(config) -> None:
+  """check_filesystem on each of a run config's paths that is set: a gs:// path without
+  gcsfs is one line at startup, not an error (or a local `gs:` directory) hours later."""
+  for key in _CONFIG_PATHS:
+    value = config
+    for part in key.split("."):
+      value = value.get(part) if hasattr(value, "get") else None
+    if isinstance(value, str):
+      check_filesystem(value, f"config.{key}")

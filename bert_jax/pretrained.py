@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from bert_jax import checkpoint
+from bert_jax import paths
 from bert_jax.interop import hf
 from bert_jax.interop import hf_layout as layout
 from bert_jax.layers.stacks import scan_to_unrolled
@@ -61,10 +62,12 @@ def load_pretraining_params(path: str, nsp: bool):
 
 
 def _resolve(path: str) -> str:
-  if not os.path.exists(path):
+  # Local or gs:// through epath; a local path stays as given (messages name it so).
+  where = paths.resolve(path)
+  if not where.exists():
     raise FileNotFoundError(f"Checkpoint path {path} does not exist.")
-  if os.path.isfile(path) and os.path.basename(path) in ("config.json", "model.safetensors"):
-    path = os.path.dirname(path) or "."
+  if where.name in ("config.json", "model.safetensors") and not where.is_dir():
+    path = os.fspath(where.parent) if paths.is_remote(path) else (os.path.dirname(path) or ".")
   if not (is_hf_dir(path) or is_our_checkpoint(path)):
     raise ValueError(
         f"{path} is neither a Hugging Face BERT directory (config.json + model.safetensors) "
@@ -85,20 +88,18 @@ def _encoder_of(params, path: str):
 
 
 def is_hf_dir(path: str) -> bool:
-  return os.path.isfile(os.path.join(path, "config.json"))
+  return (paths.resolve(path) / "config.json").is_file()
 
 
 def has_tokenizer(path: str) -> bool:
-  return any(os.path.exists(os.path.join(path, n)) for n in ("vocab.txt", "tokenizer.json"))
+  return any((paths.resolve(path) / n).exists() for n in ("vocab.txt", "tokenizer.json"))
 
 
 def is_our_checkpoint(path: str) -> bool:
   """A workdir, its checkpoints/ dir or a step dir of bert_jax.checkpoint's layout."""
-  if not os.path.isdir(path):
+  where = paths.resolve(path)
+  if not where.is_dir():
     return False
-  if os.path.isdir(os.path.join(path, "checkpoints")):
+  if (where / "checkpoints").is_dir() or (where / "state").is_dir():
     return True
-  if os.path.isdir(os.path.join(path, "state")):
-    return True
-  return any(n.isdigit() and os.path.isdir(os.path.join(path, n, "state"))
-             for n in os.listdir(path))
+  return any(p.name.isdigit() and (p / "state").is_dir() for p in where.iterdir())

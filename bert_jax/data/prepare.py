@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 import tensorflow_datasets as tfds
 
+from bert_jax import paths
 from bert_jax.data import corpora
 from bert_jax.data import instances
 from bert_jax.data import tokenizer as tokenizer_lib
@@ -81,19 +82,43 @@ def content_hash(obj) -> str:
 
 
 def _inside(path, directory: str) -> bool:
+  if paths.is_remote(path):  # a gs:// vocab_path is never under the local data_dir
+    return False
   path, directory = os.path.abspath(path), os.path.abspath(directory)
   return os.path.commonpath([path, directory]) == directory
 
 
 def _vocab_digest(path: str) -> str:
-  """Content hash of a vocab file, or of the tokenizer files of an HF directory."""
+  """Content hash of a vocab file, or of the tokenizer files of an HF directory (local or
+  gs://, read through epath)."""
   names = ("tokenizer.json", "vocab.txt", "tokenizer_config.json")
-  files = [os.path.join(path, n) for n in names] if os.path.isdir(path) else [path]
+  where = paths.resolve(path)
+  files = [where / n for n in names] if where.is_dir() else [where]
   digest = hashlib.sha256()
-  for name in filter(os.path.exists, files):
-    with open(name, "rb") as f:
-      digest.update(f.read())
+  for name in filter(lambda f: f.exists(), files):
+    digest.update(name.read_bytes())
   return digest.hexdigest()[:16]
+
+
+def _in_data_dir(data_dir: str, path: str) -> str:
+  """A path prepared.json recorded: relative to data_dir, or as given (absolute, gs://)."""
+  return path if paths.is_remote(path) else os.path.join(data_dir, path)
+
+
+def check_data_dir(data_dir: str) -> None:
+  """ValueError (one line) for a data_dir on an object store, before anything is written.
+
+  Prepared data stay on each host's local disk: builds are serialized with fcntl locks
+  on a POSIX filesystem, and tfds writes array_record shards that grain memory-maps.
+  The inputs may be remote: data.vocab_path (local or gs://) gives every host the same
+  vocabulary, as its own training might not (tokenizers' WordPiece trainer is not
+  deterministic).
+  """
+  if paths.is_remote(data_dir):
+    raise ValueError(
+        f"data.data_dir {data_dir}: prepared data are built on local disk (file locks, "
+        "memory-mapped array_record shards); use a local directory on each host, and "
+        "data.vocab_path (local or gs://) for one shared vocabulary.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,7 +238,7 @@ def _prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
 def _prepare_vocab(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> str:
   if cfg.vocab_path:
     tokenizer_lib.load_tokenizer(cfg.vocab_path, cfg.lowercase)  # fail early: missing specials
-    return os.path.expanduser(cfg.vocab_path)
+    return os.path.expanduser(cfg.vocab_path)  # local or gs://: read through epath
   path = os.path.join(data_dir, "vocab-" + content_hash([corpus_hash, cfg.vocab_size, cfg.lowercase]),
                       "vocab.txt")
   with build_lock(os.path.dirname(path)):
@@ -275,6 +300,7 @@ def prepare(cfg, verbose: bool = True) -> PreparedData:
     ValueError: an empty corpus, a vocab without the special tokens, a bad config value.
   """
   _check_config(cfg)
+  check_data_dir(cfg.data_dir)
   data_dir = os.path.expanduser(cfg.data_dir)
   corpus_hash = content_hash(corpus_key(cfg))
   documents_dir, corpus_stats, t_docs = prepare_documents(
@@ -303,7 +329,7 @@ def prepare(cfg, verbose: bool = True) -> PreparedData:
   prepared = PreparedData(
       instances_dir=os.path.join(data_dir, record["instances_dir"]),
       documents_dir=os.path.join(data_dir, record["documents_dir"]),
-      vocab_path=os.path.join(data_dir, record["vocab_path"]), lowercase=lowercase,
+      vocab_path=_in_data_dir(data_dir, record["vocab_path"]), lowercase=lowercase,
       special=tokenizer_lib.SpecialIds.from_tokenizer(tok, vocab_path),
       vocab_size=tok.get_vocab_size(with_added_tokens=True),
       unigram_counts=np.load(os.path.join(root, "unigram_counts.npy")),

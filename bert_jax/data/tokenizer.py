@@ -12,6 +12,7 @@ encoder often carries `Fixed(128)` padding): callers own sequence layout.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 from typing import Iterable, Optional
@@ -19,6 +20,8 @@ from typing import Iterable, Optional
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from tokenizers import trainers
+
+from bert_jax import paths
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 # Training order puts [PAD] at id 0: padded batches are zeros, as in google-research/bert.
@@ -103,29 +106,27 @@ def save_vocab(tokenizer: Tokenizer, path: str) -> None:
   by_id = sorted(vocab.items(), key=lambda kv: kv[1])
   if [i for _, i in by_id] != list(range(len(by_id))):
     raise ValueError("Token ids are not contiguous from 0; cannot write a vocab.txt.")
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.writelines(tok + "\n" for tok, _ in by_id)
-  os.replace(tmp, path)  # atomic: a crash never leaves a half-written vocab to reuse
+  # Atomic (local or gs://): a crash never leaves a half-written vocab to reuse.
+  paths.write_atomically(path, "".join(tok + "\n" for tok, _ in by_id))
 
 
 def read_vocab(path: str) -> dict[str, int]:
+  """vocab.txt (local or gs://, read through epath) -> {token: line number}."""
+  data = paths.resolve(path).read_bytes()
   try:
-    with open(path, encoding="utf-8") as f:
-      # Only the newline is stripped: a vocab may hold whitespace-like tokens.
+    # Text mode as open() has it (universal newlines); only the newline is stripped: a
+    # vocab may hold whitespace-like tokens.
+    with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as f:
       return {line.rstrip("\n"): i for i, line in enumerate(f)}
   except UnicodeDecodeError as e:  # no skipping: a dropped line would shift every id after it
-    with open(path, "rb") as f:
-      line = f.read()[:e.start].count(b"\n") + 1
+    line = data[:e.start].count(b"\n") + 1
     raise ValueError(f"{path}:{line}: not UTF-8 ({e.reason}); a vocab.txt is UTF-8 text, "
                      "one token a line.") from e
 
 
-def _read_json(path: str):
+def _read_json(path):
   try:
-    with open(path, "rb") as f:
-      return json.loads(f.read().decode("utf-8"))
+    return json.loads(paths.resolve(path).read_bytes().decode("utf-8"))
   except (ValueError, RecursionError) as e:
     raise ValueError(f"{path} is not valid UTF-8 JSON: {str(e)[:200]}") from e
 
@@ -164,22 +165,24 @@ def load_tokenizer(path_or_dir: str, lowercase: Optional[bool] = None) -> Tokeni
     FileNotFoundError: nothing loadable at the path.
     ValueError: the vocabulary lacks a special token ([PAD] [UNK] [CLS] [SEP] [MASK]).
   """
-  path = os.path.expanduser(path_or_dir)
+  # Local or gs:// (a checkpoint's tokenizer dir in a gs:// workdir): files are read
+  # through epath into memory, as tokenizers' from_file opens local paths only.
+  path = paths.resolve(os.path.expanduser(path_or_dir))
   config_path = None
-  if os.path.isdir(path):
-    config_path = os.path.join(path, "tokenizer_config.json")
+  if path.is_dir():
+    config_path = path / "tokenizer_config.json"
     for name in ("tokenizer.json", "vocab.txt"):
-      if os.path.exists(os.path.join(path, name)):
-        path = os.path.join(path, name)
+      if (path / name).exists():
+        path = path / name
         break
     else:
       raise FileNotFoundError(f"No tokenizer.json or vocab.txt in {path_or_dir}.")
-  elif not os.path.exists(path):
+  elif not path.exists():
     raise FileNotFoundError(f"Tokenizer file {path_or_dir} does not exist.")
 
-  if path.endswith(".json"):
+  if path.name.endswith(".json"):
     try:
-      tok = Tokenizer.from_file(path)
+      tok = Tokenizer.from_str(path.read_bytes().decode("utf-8"))
     except Exception as e:  # pylint: disable=broad-except  (tokenizers raises bare Exception)
       raise ValueError(f"{path} is not a readable tokenizer.json: {str(e)[:200]}") from e
     if not isinstance(tok.model, models.WordPiece):
@@ -191,7 +194,7 @@ def load_tokenizer(path_or_dir: str, lowercase: Optional[bool] = None) -> Tokeni
 
   vocab = read_vocab(path)
   _check_special(vocab, path)  # before building: a clear error, not a tokenizers panic
-  if lowercase is None and config_path and os.path.exists(config_path):
+  if lowercase is None and config_path and config_path.exists():
     lowercase = _config_lowercase(config_path)
   if lowercase is None:
     lowercase = _guess_lowercase(vocab)

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from typing import Any
 
 import numpy as np
-from safetensors.numpy import save_file
+import safetensors.numpy
 
+from bert_jax import paths
 from bert_jax.interop.hf import read_config_json, read_safetensors
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.variants import get_model_config
@@ -212,18 +214,18 @@ def save_gpt2(path: str, config: TransformerConfig, params: Any, tokenizer=None)
   """
   eot = tokenizer.token_to_id(EOT) if tokenizer is not None else None
   hf_config, tensors = gpt2_config_dict(config, eot), params_to_gpt2(config, params)
-  os.makedirs(path, exist_ok=True)  # after every check: nothing half-written
-  with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
-    json.dump(hf_config, f, indent=2)
-  save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+  directory = paths.resolve(path)  # local or gs://
+  directory.mkdir(parents=True, exist_ok=True)  # after every check: nothing half-written
+  (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
+  (directory / "model.safetensors").write_bytes(
+      safetensors.numpy.save(tensors, metadata={"format": "pt"}))
   if tokenizer is not None:
-    tokenizer.save(os.path.join(path, "tokenizer.json"))
+    (directory / "tokenizer.json").write_bytes(tokenizer.to_str(pretty=True).encode())
     # AutoTokenizer's settings: the context length (truncation), the one special token.
     tok_config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": config.max_len}
     if eot is not None:
       tok_config.update(bos_token=EOT, eos_token=EOT, unk_token=EOT)
-    with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-      json.dump(tok_config, f, indent=2)
+    (directory / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2))
 
 
 def load_gpt2_tokenizer(path: str):
@@ -232,22 +234,28 @@ def load_gpt2_tokenizer(path: str):
   `path` is a directory holding either, or a tokenizer.json file itself.
   """
   from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # pylint: disable=g-import-not-at-top
-  if os.path.isfile(path):
+  where = paths.resolve(path)  # local or gs://, read through epath
+  if where.is_file():
     if not path.endswith(".json"):
       raise ValueError(f"{path}: unknown tokenizer file; expected a tokenizer.json, or a "
                        "directory with tokenizer.json or vocab.json + merges.txt.")
     try:
-      return Tokenizer.from_file(path)
+      return Tokenizer.from_str(where.read_bytes().decode("utf-8"))
     except Exception as e:  # tokenizers raises a bare Exception on a malformed file
       raise ValueError(f"{path} is not a readable tokenizer.json: {e}") from e
-  if os.path.exists(os.path.join(path, "tokenizer.json")):
-    return load_gpt2_tokenizer(os.path.join(path, "tokenizer.json"))
-  vocab, merges = os.path.join(path, "vocab.json"), os.path.join(path, "merges.txt")
-  if os.path.exists(vocab) and os.path.exists(merges):
-    tok = Tokenizer(models.BPE.from_file(vocab, merges))
+  if (where / "tokenizer.json").exists():
+    return load_gpt2_tokenizer(os.fspath(where / "tokenizer.json"))
+  vocab, merges = where / "vocab.json", where / "merges.txt"
+  if vocab.exists() and merges.exists():
+    with tempfile.TemporaryDirectory() as tmp:  # BPE.from_file parses local files only
+      local = [os.path.join(tmp, f.name) for f in (vocab, merges)]
+      for src, dst in zip((vocab, merges), local):
+        with open(dst, "wb") as f:
+          f.write(src.read_bytes())
+      tok = Tokenizer(models.BPE.from_file(*local))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     return tok
-  present = sorted(os.listdir(path)) if os.path.isdir(path) else []
+  present = sorted(p.name for p in where.iterdir()) if where.is_dir() else []
   raise FileNotFoundError(f"No GPT-2 tokenizer in {path} (need tokenizer.json, or vocab.json "
                           f"+ merges.txt); found {present}.")

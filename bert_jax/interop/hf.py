@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Any, Sequence
 
 from absl import logging
 import numpy as np
-from safetensors.numpy import load_file, save_file
+import safetensors.numpy
 
+from bert_jax import paths
 from bert_jax.interop import hf_layout as layout
 from bert_jax.layers.config import TransformerConfig
 
@@ -46,14 +46,17 @@ MODELS = ("pretraining", "encoder")
 # ---------------------------------------------------------------------------- config
 def read_config_json(path: str) -> tuple[str, dict]:
   """(path of config.json, its dict) of an HF model directory or the file itself."""
-  config_path = os.path.join(path, "config.json") if os.path.isdir(path) else path
-  if not os.path.exists(config_path):
+  # Local or gs:// (init_from, an export target) through epath.
+  where = paths.resolve(path)
+  if where.is_dir():
+    where = where / "config.json"
+  if not where.exists():
     raise FileNotFoundError(f"No config.json at {path}.")
-  with open(config_path, "rb") as f:
-    try:
-      hf = json.loads(f.read().decode("utf-8"))
-    except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, absurd nesting
-      raise ValueError(f"{config_path} is not valid UTF-8 JSON: {str(e)[:200]}") from e
+  config_path = os.fspath(where)
+  try:
+    hf = json.loads(where.read_bytes().decode("utf-8"))
+  except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON, absurd nesting
+    raise ValueError(f"{config_path} is not valid UTF-8 JSON: {str(e)[:200]}") from e
   if not isinstance(hf, dict):
     raise ValueError(f"{config_path} holds a JSON {type(hf).__name__}, not an object.")
   return config_path, hf
@@ -137,20 +140,23 @@ def hf_config_dict(config: TransformerConfig, architectures: list[str]) -> dict:
 
 # ---------------------------------------------------------------------------- tensors
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
-  """All tensors of an HF directory (single file or sharded) as numpy arrays."""
-  index = os.path.join(path, "model.safetensors.index.json")
-  single = os.path.join(path, "model.safetensors")
-  if os.path.exists(single):
-    return load_file(single)
-  if os.path.exists(index):
-    with open(index, encoding="utf-8") as f:
-      shards = sorted(set(json.load(f)["weight_map"].values()))
+  """All tensors of an HF directory (single file or sharded) as numpy arrays.
+
+  Files are read through epath into memory (local or gs://): safetensors' load_file
+  memory-maps local paths only, and the arrays are copied out either way."""
+  directory = paths.resolve(path)
+  index = directory / "model.safetensors.index.json"
+  single = directory / "model.safetensors"
+  if single.exists():
+    return safetensors.numpy.load(single.read_bytes())
+  if index.exists():
+    shards = sorted(set(json.loads(index.read_bytes().decode("utf-8"))["weight_map"].values()))
     tensors = {}
     for shard in shards:
-      tensors.update(load_file(os.path.join(path, shard)))
+      tensors.update(safetensors.numpy.load((directory / shard).read_bytes()))
     return tensors
   for name in ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack"):
-    if os.path.exists(os.path.join(path, name)):
+    if (directory / name).exists():
       raise ValueError(
           f"{path} holds {name} but no model.safetensors: only safetensors checkpoints are "
           "supported (no torch at run time). Convert once with transformers: "
@@ -340,11 +346,11 @@ def save_hf_bert(path: str, config: TransformerConfig, params: Any,
   if model in ("sequence_classification", "token_classification"):
     hf_config.update(_label_fields(tensors["classifier.bias"].shape[0], labels, regression,
                                    model == "sequence_classification"))
-  os.makedirs(path, exist_ok=True)
-  with open(os.path.join(path, "config.json"), "w", encoding="utf-8") as f:
-    json.dump(hf_config, f, indent=2, sort_keys=True)
-    f.write("\n")
-  save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+  directory = paths.resolve(path)  # local or gs://
+  directory.mkdir(parents=True, exist_ok=True)
+  (directory / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+  (directory / "model.safetensors").write_bytes(
+      safetensors.numpy.save(tensors, metadata={"format": "pt"}))
   if tokenizer_or_vocab is not None:
     _save_tokenizer(path, tokenizer_or_vocab, config.max_len)
   return hf_config
@@ -374,22 +380,23 @@ _TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json",
 
 
 def _save_tokenizer(path: str, tokenizer_or_vocab: Any, model_max_length: int) -> None:
+  directory = paths.resolve(path)  # files copied and written through epath: local or gs://
   if isinstance(tokenizer_or_vocab, (str, os.PathLike)):
-    src = os.fspath(tokenizer_or_vocab)
-    if os.path.isdir(src):
-      names = [n for n in _TOKENIZER_FILES if os.path.exists(os.path.join(src, n))]
+    src = paths.resolve(os.fspath(tokenizer_or_vocab))
+    if src.is_dir():
+      names = [n for n in _TOKENIZER_FILES if (src / n).exists()]
       if not names:
         raise FileNotFoundError(f"No vocab.txt or tokenizer.json in {src}.")
       for name in names:
-        shutil.copyfile(os.path.join(src, name), os.path.join(path, name))
+        (directory / name).write_bytes((src / name).read_bytes())
     else:
-      shutil.copyfile(src, os.path.join(path, "vocab.txt"))
+      (directory / "vocab.txt").write_bytes(src.read_bytes())
     return
   from bert_jax.data.tokenizer import save_vocab  # pylint: disable=g-import-not-at-top
-  save_vocab(tokenizer_or_vocab, os.path.join(path, "vocab.txt"))
-  tokenizer_or_vocab.save(os.path.join(path, "tokenizer.json"))
+  save_vocab(tokenizer_or_vocab, os.fspath(directory / "vocab.txt"))
+  (directory / "tokenizer.json").write_bytes(tokenizer_or_vocab.to_str(pretty=True).encode())
   normalizer = json.loads(tokenizer_or_vocab.to_str()).get("normalizer") or {}
-  with open(os.path.join(path, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-    json.dump({"tokenizer_class": "BertTokenizer",
-               "do_lower_case": bool(normalizer.get("lowercase", False)),
-               "model_max_length": model_max_length}, f, indent=2)  # truncation length
+  (directory / "tokenizer_config.json").write_text(json.dumps(
+      {"tokenizer_class": "BertTokenizer",
+       "do_lower_case": bool(normalizer.get("lowercase", False)),
+       "model_max_length": model_max_length}, indent=2))  # truncation length

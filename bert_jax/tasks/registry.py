@@ -70,11 +70,8 @@ def run(config: ml_collections.ConfigDict, workdir: str):
 
 
 def _check_export(config: ml_collections.ConfigDict, workdir: str) -> None:
-  from bert_jax import export, paths  # pylint: disable=g-import-not-at-top
-  if paths.is_remote(workdir):
-    raise ValueError(f"config.export_hf writes a local directory; {workdir} is remote: "
-                     "export afterwards with python -m bert_jax.export --workdir "
-                     f"{workdir} --output LOCAL_DIR.")
+  from bert_jax import export  # pylint: disable=g-import-not-at-top
+  del workdir  # local or gs://: workdir/hf is written through epath
   try:
     export.check_exportable(config, model=True)
   except export.ExportError as e:

@@ -114,11 +114,13 @@ class MetricWriter:
             kept.append(line + "\n")
         except (ValueError, KeyError, TypeError):
           pass  # a partial last line: the write the kill interrupted
-    tmp = path.parent / (path.name + ".tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
     if paths.is_remote(self.workdir):
-      tmp.rename(path)
+      # One upload replaces an object whole (never a torn file); epath's fsspec rename
+      # would refuse to overwrite it anyway.
+      path.write_text("".join(kept), encoding="utf-8")
     else:
+      tmp = path.parent / (path.name + ".tmp")
+      tmp.write_text("".join(kept), encoding="utf-8")
       os.replace(tmp, path)
     self._jsonl = self._open_jsonl()
 

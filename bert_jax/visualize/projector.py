@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from bert_jax import paths as path_lib
+
 _CONFIG = """embeddings {
   tensor_name: "word2vec"
   tensor_path: "vectors.tsv"
@@ -29,14 +31,11 @@ def write_projector(workdir: str, words: Sequence[str], vectors: np.ndarray) -> 
   bad = [w for w in words if not w or "\t" in w or "\n" in w]
   if bad:
     raise ValueError(f"the projector's metadata.tsv cannot hold words {bad[:5]}")
-  out = os.path.join(workdir, "projector")
-  os.makedirs(out, exist_ok=True)
-  paths = [os.path.join(out, n) for n in ("vectors.tsv", "metadata.tsv",
-                                           "projector_config.pbtxt")]
-  # %.9g round-trips float32 exactly.
-  np.savetxt(paths[0], vectors, fmt="%.9g", delimiter="\t")
-  with open(paths[1], "w", encoding="utf-8") as f:
-    f.write("".join(w + "\n" for w in words))
-  with open(paths[2], "w", encoding="utf-8") as f:
-    f.write(_CONFIG)
-  return paths
+  out = path_lib.resolve(workdir) / "projector"  # local or gs://
+  out.mkdir(parents=True, exist_ok=True)
+  files = [out / n for n in ("vectors.tsv", "metadata.tsv", "projector_config.pbtxt")]
+  with files[0].open("wb") as f:
+    np.savetxt(f, vectors, fmt="%.9g", delimiter="\t")  # %.9g round-trips float32 exactly
+  files[1].write_bytes("".join(w + "\n" for w in words).encode("utf-8"))
+  files[2].write_bytes(_CONFIG.encode("utf-8"))
+  return [os.fspath(f) for f in files]

@@ -24,6 +24,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
+from bert_jax import paths as path_lib
 from bert_jax.word2vec.data import gensim_test_file
 
 BENCHMARKS = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt",
@@ -199,7 +200,7 @@ def save_word2vec_format(path: str, words: Sequence[str], vectors: np.ndarray,
   bad = [w for w in words if not w or any(ch.isspace() for ch in w)]
   if bad:
     raise ValueError(f"word2vec formats cannot store empty words or words with spaces: {bad[:5]}")
-  with open(path, "wb") as f:
+  with path_lib.resolve(path).open("wb") as f:  # local or gs://
     f.write(f"{vectors.shape[0]} {vectors.shape[1]}\n".encode("utf8"))
     if binary:
       little = vectors.astype("<f4")
@@ -215,7 +216,7 @@ def load_word2vec_format(path: str, binary: bool | None = None) -> WordVectors:
   """Reads either format (binary guessed from a `.bin` suffix when not given)."""
   if binary is None:
     binary = path.endswith(".bin")
-  with open(path, "rb") as f:
+  with path_lib.resolve(path).open("rb") as f:  # local or gs://
     header = f.readline().decode("utf8").split()
     if len(header) != 2:
       raise ValueError(f"{path}: the first line must be '<vocab_size> <dim>', got {header}.")
@@ -248,7 +249,7 @@ def export_vectors(workdir: str, words, vectors: np.ndarray, formats: str) -> li
   paths = []
   for fmt, name in (("text", "vectors.txt"), ("binary", "vectors.bin")):
     if formats in (fmt, "both"):
-      path = os.path.join(workdir, name)
+      path = os.path.join(workdir, name)  # a gs:// workdir too: save_* go through epath
       save_word2vec_format(path, words, vectors, binary=fmt == "binary")
       paths.append(path)
   if formats != "none":  # + the TensorBoard projector files (visualize/projector.py)

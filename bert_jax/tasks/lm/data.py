@@ -33,6 +33,7 @@ import grain
 import numpy as np
 import tensorflow_datasets as tfds
 
+from bert_jax import paths
 from bert_jax.data import loader, sampling
 from bert_jax.data import prepare as prepare_lib
 from bert_jax.interop import gpt2
@@ -101,14 +102,16 @@ def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> str:
   if cfg.vocab_path:
     path = os.path.expanduser(cfg.vocab_path)
     gpt2.load_gpt2_tokenizer(path)  # fail early, with a clear message
-    if os.path.isdir(path) and not os.path.exists(os.path.join(path, "tokenizer.json")):
-      # vocab.json + merges.txt: store the assembled tokenizer.json beside the streams.
+    where = paths.resolve(path)  # local or gs://
+    if paths.is_remote(path) or (where.is_dir() and not (where / "tokenizer.json").exists()):
+      # vocab.json + merges.txt, or files on gs://: store the assembled tokenizer.json
+      # beside the streams (a local file, as the loader reads it).
       out = os.path.join(data_dir, "bpe-" + prepare_lib.content_hash([corpus_hash, path]),
                          "tokenizer.json")
       os.makedirs(os.path.dirname(out), exist_ok=True)
       gpt2.load_gpt2_tokenizer(path).save(out)
       return out
-    return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+    return os.path.join(path, "tokenizer.json") if where.is_dir() else path
   path = os.path.join(data_dir, "bpe-" + prepare_lib.content_hash([corpus_hash, cfg.vocab_size]),
                       "tokenizer.json")
   with prepare_lib.build_lock(os.path.dirname(path)):  # concurrent runs train it once
@@ -166,6 +169,7 @@ def _write_streams(tok, documents_dir: str, root: str, tokenizer_path: str, eot_
 def prepare(cfg, verbose: bool = True) -> LmData:
   """Builds (or reuses) documents, the BPE and the token streams of `cfg` (config.data)."""
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+  prepare_lib.check_data_dir(cfg.data_dir)
   data_dir = os.path.expanduser(cfg.data_dir)
   corpus_hash = prepare_lib.content_hash(prepare_lib.corpus_key(cfg))
   documents_dir, _, _ = prepare_lib.prepare_documents(
