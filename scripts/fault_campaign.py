@@ -3,7 +3,8 @@
   python scripts/fault_campaign.py --task pretraining --runs 30 --seed 0 --root /tmp/faults
   python scripts/fault_campaign.py --task all --runs 30       # pretraining, finetune, word2vec
 
-For each task: one uninterrupted reference run (its wall time T), then `--runs` campaigns.
+For each task: one uninterrupted reference run, a second one with the compilation cache
+warm (its wall time is T; its losses must equal the reference's), then `--runs` campaigns.
 A campaign starts the same command in a fresh workdir, SIGKILLs it at a moment drawn
 uniformly from (0, T) (so some kills land inside an async save, or before any
 checkpoint), then reruns the command until it exits 0 (each rerun is a plain resume).
@@ -22,7 +23,9 @@ The child processes share a persistent XLA compilation cache (<root>/xla_cache, 
 JAX_COMPILATION_CACHE_DIR already set), so a rerun does not compile again; a kill can land
 while an entry is being written, which the reruns then meet.
 
-tests/train/test_faults.py imports run_main, train_losses and checkpoints_ok from here.
+tests/procs.py runs main for the end-to-end tests with run_main, and tests/train/test_loop.py
+(test_three_random_sigkills_...) checks its kills with train_losses, duplicate_steps and
+checkpoints_ok.
 """
 from __future__ import annotations
 
