@@ -20,7 +20,8 @@ import jax
 import numpy as np
 import pytest
 
-from tests.train.test_loop import _flags, _run_main, e2e_config
+from tests import procs
+from tests.train.test_loop import _flags, e2e_config
 
 # gcsfs's zonal/HNS class (its default) probes a gRPC storage-control API that the
 # emulator lacks, retrying for ~30 s on every call; the class is chosen when gcsfs is
@@ -76,14 +77,8 @@ def _events(data: bytes) -> int:
 def test_pretraining_in_a_gcs_workdir_is_killed_resumed_and_read_back(gcs, tmp_path):
   workdir = "gs://bucket/run"
   flags = _flags(e2e_config(str(tmp_path / "data")), workdir)
-  proc = _run_main(flags)
-  seen = []
-  for line in proc.stdout:
-    seen.append(line)
-    if line.startswith("step 3/6"):
-      proc.send_signal(signal.SIGTERM)
-      break
-  out = "".join(seen) + proc.communicate(timeout=600)[0]
+  proc = procs.main(flags, signal_at="step 3/6", sig=signal.SIGTERM, timeout=600)
+  out = proc.output
   assert proc.returncode == 0, out
   assert "SIGTERM: saved step" in out
   assert not os.path.exists("gs:"), "a local directory named gs: was written"
@@ -92,8 +87,8 @@ def test_pretraining_in_a_gcs_workdir_is_killed_resumed_and_read_back(gcs, tmp_p
                  if p.rsplit("/", 1)[1].isdigit())
   assert steps and 3 <= steps[-1] < 6, steps
 
-  resumed = _run_main(flags)
-  out = resumed.communicate(timeout=600)[0]
+  resumed = procs.main(flags, timeout=600)
+  out = resumed.output
   assert resumed.returncode == 0, out
   assert f"resumed from gs://bucket/run/checkpoints/{steps[-1]} at step {steps[-1]}" in out
   gcs.invalidate_cache()

@@ -1,6 +1,7 @@
 """End-to-end training-system tests: resume, SIGTERM, checkpoints across meshes, errors."""
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -19,6 +20,7 @@ from bert_jax import parallel
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.tasks import registry
 from bert_jax.train import loop, optim
+from tests import procs
 from tests.train.conftest import random_batch, tiny_config
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -67,13 +69,6 @@ def test_runs_logs_and_checkpoints(uninterrupted):
   assert any(f.startswith("events.out.tfevents") for f in os.listdir(workdir))
 
 
-def _run_main(args, **kw):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-  return subprocess.Popen([sys.executable, "-m", "bert_jax.main"] + args, cwd=ROOT, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-
-
 def _flags(config, workdir):
   flags = ["--config=configs/bert_tiny.py", f"--workdir={workdir}"]
   d, t, m = config.data, config.train, config.model
@@ -95,25 +90,57 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir,
   ref_dir, _ = uninterrupted
   workdir = str(tmp_path / "interrupted")
   flags = _flags(e2e_config(data_dir), workdir)
-  proc = _run_main(flags)
-  seen = []
-  for line in proc.stdout:
-    seen.append(line)
-    if line.startswith("step 3/6"):
-      proc.send_signal(signal.SIGTERM)
-      break
-  out = "".join(seen) + proc.communicate(timeout=300)[0]
-  assert proc.returncode == 0, out
+  first = procs.main(flags, signal_at="step 3/6", sig=signal.SIGTERM)
+  out = first.output
+  assert first.returncode == 0, out
   assert "SIGTERM: saved step" in out
   stopped_at = max(ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps())
   assert 3 <= stopped_at < 6
-  resumed = _run_main(flags)
-  out = resumed.communicate(timeout=300)[0]
+  resumed = procs.main(flags)
+  out = resumed.output
   assert resumed.returncode == 0, out
   assert f"resumed from" in out and f"at step {stopped_at}" in out
   ref, got = _losses(ref_dir), _losses(workdir)
   for step in range(1, 7):
     assert got[step] == pytest.approx(ref[step], abs=1e-6), (step, got, ref)
+
+
+@pytest.mark.slow
+def test_three_random_sigkills_each_rerun_resumes_and_the_run_ends_exactly(
+    uninterrupted, data_dir, tmp_path):
+  """scripts/fault_campaign.py's case in small: async saves on, SIGKILL at a seeded random
+  moment of the training steps (and saves), rerun, twice more, then a rerun to the end.
+  Every step's loss equals the uninterrupted run's, each step is logged once, every
+  checkpoint left restores and no half-written save remains."""
+  ref_dir, _ = uninterrupted
+  config = e2e_config(data_dir)
+  config.train.async_checkpoints = True  # kills can land inside a save
+  workdir = str(tmp_path / "run")
+  flags = _flags(config, workdir)
+  with open(os.path.join(ref_dir, "metrics.jsonl")) as f:
+    step_times = {r["step"]: r["time"] for r in map(json.loads, f) if "loss" in r}
+  rng = random.Random(0)
+  kills = []
+  for _ in range(3):
+    # The window a run spends in its steps: from the first step it logs (one after the
+    # newest checkpoint) to the reference's last step, measured in the reference's times.
+    saved = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps()
+    first = min(max(saved, default=0) + 1, 6)
+    moment = rng.uniform(0.0, step_times[6] - step_times[first])
+    run = procs.main(flags, kill_after=moment, after_first_step=True)
+    kills.append((first, round(moment, 3), run.returncode))
+    assert run.returncode in (0, -signal.SIGKILL), run.output
+    if run.returncode == 0:
+      break  # it finished before the kill: what is left is the rerun of a finished run
+  final = procs.main(flags)
+  assert final.returncode == 0, (kills, final.output)
+  ref, got = procs.train_losses(ref_dir), procs.train_losses(workdir)
+  assert sorted(got) == sorted(ref) == [("loss", s) for s in range(1, 7)], kills
+  for key in ref:
+    assert got[key] == pytest.approx(ref[key], abs=1e-6), (key, kills)
+  assert procs.duplicate_steps(workdir) == 0, kills
+  steps, problems = procs.checkpoints_ok(workdir)
+  assert steps[-1] == 6 and not problems, (steps, problems, kills)
 
 
 def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_rerun_finishes_exactly(
@@ -213,9 +240,9 @@ def test_a_full_disk_stops_the_save_in_one_line_and_the_rerun_resumes(
 
 
 def test_unknown_config_key_fails_clearly(tmp_path):
-  proc = _run_main(["--config=configs/bert_tiny.py", f"--workdir={tmp_path}",
-                    "--config.train.nmu_steps=3"])
-  out = proc.communicate(timeout=120)[0]
+  proc = procs.main(["--config=configs/bert_tiny.py", f"--workdir={tmp_path}",
+                     "--config.train.nmu_steps=3"], timeout=120)
+  out = proc.output
   assert proc.returncode == 2
   assert "unknown config key" in out and "nmu_steps" in out and "num_steps" in out
   assert "Traceback" not in out
@@ -352,13 +379,10 @@ def test_resume_on_another_device_count_skips_a_partial_save(uninterrupted, data
   (partial / "state" / "garbage").write_bytes(b"half-written")
   flags = [f for f in _flags(e2e_config(data_dir, num_steps=8), str(copy))
            if not f.startswith("--config.mesh_shape")] + ["--config.mesh_shape=(-1,1,1)"]
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-  proc = subprocess.run([sys.executable, "-m", "bert_jax.main"] + flags, cwd=ROOT, env=env,
-                        capture_output=True, text=True, timeout=400)
-  assert proc.returncode == 0, proc.stdout + proc.stderr
-  assert "at step 6" in proc.stdout and "2 devices" in proc.stdout, proc.stdout
-  assert "step 8/8" in proc.stdout
+  proc = procs.main(flags, devices=2, timeout=400)
+  assert proc.returncode == 0, proc.output
+  assert "at step 6" in proc.output and "2 devices" in proc.output, proc.output
+  assert "step 8/8" in proc.output
   assert ckpt_lib.Checkpointer(str(copy / "checkpoints")).all_steps()[-1] == 8
   assert not partial.exists()
   losses = _losses(copy)
