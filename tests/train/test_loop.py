@@ -43,7 +43,7 @@ def e2e_config(data_dir: str, num_steps: int = 6) -> ml_collections.ConfigDict:
 def _losses(workdir):
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     rows = [json.loads(l) for l in f]
-  return {r["step"]: r["loss"] for r in rows if "loss" in r}
+  return {r["step"]: r["train/loss"] for r in rows if "train/loss" in r}
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,7 @@ def test_three_random_sigkills_each_rerun_resumes_and_the_run_ends_exactly(
   workdir = str(tmp_path / "run")
   flags = _flags(config, workdir)
   with open(os.path.join(ref_dir, "metrics.jsonl")) as f:
-    step_times = {r["step"]: r["time"] for r in map(json.loads, f) if "loss" in r}
+    step_times = {r["step"]: r["time"] for r in map(json.loads, f) if "train/loss" in r}
   rng = random.Random(0)
   kills = []
   for _ in range(3):
@@ -168,12 +168,12 @@ def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_rerun_finishes_exact
   assert len(aside) == 1 and "moved the unreadable checkpoint step 4 to" in caplog.text
   assert ckpt_lib.Checkpointer(str(ckdir)).all_steps() == [2, 4, 6]
   rows = [json.loads(l) for l in (copy / "metrics.jsonl").read_text().splitlines()]
-  steps = [r["step"] for r in rows if "loss" in r]
+  steps = [r["step"] for r in rows if "train/loss" in r]
   assert steps == [1, 2, 3, 4, 5, 6]  # each once: 3..6 of the killed run were dropped
   ref = _losses(ref_dir)
   for r in rows:
-    if "loss" in r:
-      assert r["loss"] == pytest.approx(ref[r["step"]], abs=1e-6), r["step"]
+    if "train/loss" in r:
+      assert r["train/loss"] == pytest.approx(ref[r["step"]], abs=1e-6), r["step"]
 
 
 def _fill_when_saved(disk, step_dir, stop):
