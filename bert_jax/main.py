@@ -15,7 +15,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from bert_jax.configs import parse_flags  # the shared --config CLI parser (also bert_jax.aot)
+from bert_jax.cli import parse_flags  # the shared --config CLI parser (also bert_jax.aot)
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config(arg)).",

@@ -46,8 +46,8 @@ def main(argv):
 
 def entry():
   """The `bert-jax-aot` console script."""
-  from bert_jax import configs  # pylint: disable=g-import-not-at-top
-  app.run(main, flags_parser=configs.parse_flags)
+  from bert_jax import cli  # pylint: disable=g-import-not-at-top
+  app.run(main, flags_parser=cli.parse_flags)
 
 
 if __name__ == "__main__":
