@@ -10,6 +10,8 @@ sentence-transformers, requirements-ref.txt) of the main checkout of this reposi
 """
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import re
@@ -152,6 +154,28 @@ def reply(obj: dict) -> None:
   out = _PROTOCOL or sys.stdout
   out.write(json.dumps(obj) + "\n")
   out.flush()
+
+
+REF_VENV = "the reference venv: requirements-ref.txt"
+OUR_VENV = "our venv: requirements.txt"
+
+
+def worker_imports(prog: str, venv: str, *modules: str) -> list:
+  """A worker's start: stdout kept for its answers (claim_stdout), then `modules` imported,
+  or one line naming the missing one, this python and the venv it should be (`venv`)."""
+  claim_stdout()
+  try:
+    return [importlib.import_module(m) for m in modules]
+  except ImportError as e:
+    fail(prog, f"{e} in {sys.executable} ({venv})")
+
+
+def read_spec(prog: str) -> dict:
+  """The `--spec SPEC.json` a driver wrote for its worker."""
+  parser = argparse.ArgumentParser(prog=prog)
+  parser.add_argument("--spec", required=True)
+  with open(parser.parse_args().spec, encoding="utf-8") as f:
+    return json.load(f)
 
 
 def fail(prog: str, message: str) -> None:

@@ -35,17 +35,11 @@ def main():
   parser.add_argument("--batch-size", type=int, default=64)
   parser.add_argument("--model", default="all-MiniLM-L6-v2")
   args = parser.parse_args()
-  bench_util.claim_stdout()
   with open(args.input, encoding="utf-8") as f:
     texts = f.read().split("\n")[:-1]
   t0 = time.perf_counter()
-  try:
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import jax  # pylint: disable=g-import-not-at-top
-    import bert_jax  # pylint: disable=g-import-not-at-top
-    from bert_jax import api, embed  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    bench_util.fail(PROG, f"{e} in {sys.executable} (our venv: requirements.txt)")
+  np, jax, bert_jax, api, embed = bench_util.worker_imports(
+      PROG, bench_util.OUR_VENV, "numpy", "jax", "bert_jax", "bert_jax.api", "bert_jax.embed")
   compile_s = [0.0]
 
   def listen(event, seconds, **_):

@@ -34,17 +34,11 @@ def main():
   parser.add_argument("--batch-size", type=int, default=64)
   parser.add_argument("--threads", type=int, required=True)
   args = parser.parse_args()
-  bench_util.claim_stdout()
   with open(args.input, encoding="utf-8") as f:
     texts = f.read().split("\n")[:-1]
   t0 = time.perf_counter()
-  try:
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import torch  # pylint: disable=g-import-not-at-top
-    import sentence_transformers  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    bench_util.fail(PROG, f"{e} in {sys.executable} (the reference venv: "
-                          "requirements-ref.txt)")
+  np, torch, sentence_transformers = bench_util.worker_imports(
+      PROG, bench_util.REF_VENV, "numpy", "torch", "sentence_transformers")
   torch.set_num_threads(args.threads)
   t1 = time.perf_counter()
   try:

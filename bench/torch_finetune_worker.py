@@ -19,8 +19,6 @@ line: the seconds and loss of every step.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -33,19 +31,9 @@ PROG = "torch_finetune_worker"
 
 
 def main():
-  parser = argparse.ArgumentParser()
-  parser.add_argument("--spec", required=True)
-  args = parser.parse_args()
-  bench_util.claim_stdout()
-  try:
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import torch  # pylint: disable=g-import-not-at-top
-    import transformers  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    bench_util.fail(PROG, f"{e} in {sys.executable} (the reference venv: "
-                          "requirements-ref.txt)")
-  with open(args.spec, encoding="utf-8") as f:
-    spec = json.load(f)
+  spec = bench_util.read_spec(PROG)
+  np, torch, transformers = bench_util.worker_imports(PROG, bench_util.REF_VENV, "numpy",
+                                                      "torch", "transformers")
   t = spec["train"]
   torch.set_num_threads(int(spec["threads"]))
   torch.manual_seed(int(spec["seed"]))

@@ -22,8 +22,6 @@ count: both 0 on the first step).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
@@ -46,31 +44,20 @@ def linear_warmup_decay(warmup: int, total: int):
 
 
 def main():
-  parser = argparse.ArgumentParser()
-  parser.add_argument("--spec", required=True)
-  args = parser.parse_args()
-  bench_util.claim_stdout()
-  try:
-    import numpy as np  # pylint: disable=g-import-not-at-top
-    import torch  # pylint: disable=g-import-not-at-top
-    import transformers  # pylint: disable=g-import-not-at-top
-    from transformers import BertConfig, BertForPreTraining  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    bench_util.fail(PROG, f"{e} in {sys.executable} (the reference venv: "
-                          "requirements-ref.txt)")
-  with open(args.spec, encoding="utf-8") as f:
-    spec = json.load(f)
+  spec = bench_util.read_spec(PROG)
+  np, torch, transformers = bench_util.worker_imports(PROG, bench_util.REF_VENV, "numpy",
+                                                      "torch", "transformers")
   m, t = spec["model"], spec["train"]
   torch.set_num_threads(int(spec["threads"]))
   torch.manual_seed(0)
-  cfg = BertConfig(
+  cfg = transformers.BertConfig(
       vocab_size=m["vocab_size"], hidden_size=m["hidden_size"],
       num_hidden_layers=m["num_layers"], num_attention_heads=m["num_heads"],
       intermediate_size=m["d_mlp"], hidden_act="gelu", hidden_dropout_prob=m["dropout_rate"],
       attention_probs_dropout_prob=m["attention_dropout_rate"],
       max_position_embeddings=m["max_len"], type_vocab_size=m["type_vocab_size"],
       layer_norm_eps=m["layer_norm_eps"], initializer_range=m["init_std"])
-  model = BertForPreTraining(cfg).float().train()
+  model = transformers.BertForPreTraining(cfg).float().train()
   decay = [p for n, p in model.named_parameters() if p.ndim > 1]
   no_decay = [p for n, p in model.named_parameters() if p.ndim <= 1]
   opt = torch.optim.AdamW([{"params": decay, "weight_decay": t["weight_decay"]},
