@@ -20,6 +20,7 @@ import sys
 import time
 
 import jax
+from absl import logging
 from etils import epath
 
 from bert_jax import paths
@@ -72,6 +73,7 @@ class MetricWriter:
     self.wandb = wandb_run if self.enabled else None  # a train/wandb_run.WandbRun or None
     self._tb = None
     self._purge_step = None
+    self._tb_dead = False
     self._jsonl = None
     if self.enabled:
       paths.resolve(workdir).mkdir(parents=True, exist_ok=True)
@@ -89,9 +91,26 @@ class MetricWriter:
     if self._tb is None:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
       _register_event_writers()
-      self._tb = SummaryWriter(logdir=str(self.workdir), flush_secs=10,
+      self._tb = SummaryWriter(logdir=str(self.workdir), flush_secs=10, max_queue=1000,
                                purge_step=self._purge_step)
     return self._tb
+
+  def _tb_usable(self) -> bool:
+    """False once tensorboardX's writer thread has died. It writes the events from a
+    thread; when a write fails there (a full disk) the thread ends and its bounded queue is
+    never drained again, so further writes would block the run forever instead of letting
+    it stop with a clear error. metrics.jsonl keeps every record either way."""
+    if self._tb_dead:
+      return False
+    writer = getattr(self.tb._get_file_writer(), "event_writer", None)  # pylint: disable=protected-access
+    worker = getattr(writer, "_worker", None)
+    if worker is not None and not worker.is_alive():
+      self._tb_dead = True
+      logging.warning("TensorBoard's event writer in %s stopped after a failed write (a full "
+                      "disk?): no more TensorBoard events this run; metrics.jsonl keeps every "
+                      "record.", self.workdir)
+      return False
+    return True
 
   def resume_at(self, step: int) -> None:
     """The run continues after `step` (its checkpoint): records of later steps, which an
@@ -130,9 +149,10 @@ class MetricWriter:
     if not self.enabled:
       return
     clean = {k: float(v) for k, v in scalars.items()}
-    for k, v in clean.items():
-      if math.isfinite(v):
-        self.tb.add_scalar(k, v, step)
+    if self._tb_usable():
+      for k, v in clean.items():
+        if math.isfinite(v):
+          self.tb.add_scalar(k, v, step)
     record = {k: v if math.isfinite(v) else "n/a" for k, v in clean.items()}
     self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **record}) + "\n")
     self._jsonl.flush()
@@ -153,19 +173,20 @@ class MetricWriter:
     metrics = {k: float(v) for k, v in final_metrics.items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)
                and math.isfinite(float(v))}
-    file_writer = self.tb._get_file_writer()  # pylint: disable=protected-access
-    for proto in summary.hparams(hparams, metrics):
-      file_writer.add_summary(proto)
+    if self._tb_usable():
+      file_writer = self.tb._get_file_writer()  # pylint: disable=protected-access
+      for proto in summary.hparams(hparams, metrics):
+        file_writer.add_summary(proto)
     if self.wandb is not None:
       self.wandb.summary(metrics)
 
   def write_text(self, tag: str, text: str, step: int = 0) -> None:
-    if self.enabled:
+    if self.enabled and self._tb_usable():
       self.tb.add_text(tag, text, step)
 
   def close(self) -> None:
     if self.enabled:
-      if self._tb is not None:
+      if self._tb is not None and self._tb_usable():
         self._tb.close()
       self._jsonl.close()
       if self.wandb is not None:

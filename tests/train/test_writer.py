@@ -100,3 +100,27 @@ def test_resume_at_logs_every_step_once(tmp_path):
   (new,) = set(tmp_path.glob("events.out.tfevents*")) - before
   starts = [e.step for e in _events(new) if e.HasField("session_log")]
   assert starts == [4]  # SessionLog.START at 4: TensorBoard hides older events >= 4
+
+
+def test_a_dead_tensorboard_writer_thread_never_blocks_the_run(tmp_path, caplog):
+  """tensorboardX writes events from a thread with a bounded queue; a failed write (a full
+  disk) ends that thread. Later writes must not block on the undrained queue: TensorBoard
+  stops with one warning, metrics.jsonl keeps every record, close() returns."""
+  w = MetricWriter(str(tmp_path), enabled=True)
+  w.write_scalars(1, {"train/loss": 1.0})
+  event_writer = w.tb._get_file_writer().event_writer  # pylint: disable=protected-access
+
+  def full_disk(_):
+    raise OSError(28, "No space left on device")
+  event_writer._ev_writer.write_event = full_disk  # pylint: disable=protected-access
+  w.write_scalars(2, {"train/loss": 2.0})
+  event_writer._worker.join(timeout=30)  # pylint: disable=protected-access
+  assert not event_writer._worker.is_alive()  # pylint: disable=protected-access
+  with caplog.at_level(logging.WARNING):
+    for step in range(3, 3 + 300):  # 300 x 12 events: far more than the queue holds
+      w.write_scalars(step, {f"perf/m{i}": float(i) for i in range(12)})
+    w.write_text("note", "after the failure")
+    w.close()
+  assert caplog.text.count("event writer") == 1 and "stopped after a failed write" in caplog.text
+  rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
+  assert [r["step"] for r in rows] == list(range(1, 303))
