@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax.layers import dropout as dropout_lib
 from bert_jax.layers import positional
 from bert_jax.layers.config import TransformerConfig
 
@@ -82,8 +83,7 @@ def reference_attention(query: Array, key: Array, value: Array, bias: Array | No
   weights = jax.nn.softmax(logits, axis=-1)  # float32 softmax, whatever the compute dtype
   probs = weights
   if not deterministic and dropout_rate > 0.0:
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-    probs = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+    probs = dropout_lib.dropout(dropout_rng, weights, dropout_rate)
   out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(dtype), value.astype(dtype))
   return out, weights
 

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from bert_jax.layers.attention import MultiHeadAttention
 from bert_jax.layers.config import TransformerConfig, layer_norm
+from bert_jax.layers.dropout import Dropout
 
 Array = jax.Array
 
@@ -110,7 +111,7 @@ def _residual(cfg: TransformerConfig, x: Array, fn, norm_name: str) -> Array:
   under `norm_name` and param paths stay flat (attention_norm, mlp_norm, ...).
   """
   norm = layer_norm(cfg, norm_name)
-  drop = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+  drop = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
   if cfg.pre_ln:
     return x + drop(fn(norm(x)))
   return norm(x + drop(fn(x)))

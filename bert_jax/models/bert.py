@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from bert_jax.layers import attention as attn_lib
 from bert_jax.layers.blocks import ACTIVATIONS
 from bert_jax.layers.config import TransformerConfig, embedding, layer_norm
+from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Encoder
 
@@ -36,7 +37,7 @@ class BertEmbeddings(nn.Module):
     if cfg.type_vocab_size:
       self.segment_embedder = embedding(cfg, cfg.type_vocab_size, "segment")
     self.layer_norm = layer_norm(cfg, "layer_norm")
-    self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
 
   def __call__(self, input_ids: Array, segment_ids: Array | None, positions: Array) -> Array:
     cfg = self.config

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
 from bert_jax.layers.config import TransformerConfig, embedding
+from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Decoder
 
@@ -29,7 +30,7 @@ class GPT(nn.Module):
       self.position_embedder = LearnedPositionalEmbedding(cfg)
     elif cfg.position == "sinusoidal":
       self.position_embedder = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
-    self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
     self.decoder = Decoder(cfg, cross_attention=False, return_weights=self.return_weights)
 
   def __call__(self, input_ids: Array, input_mask: Array | None = None,

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.dropout import Dropout
 from bert_jax.models.bert import BertModel
 
 Array = jax.Array
@@ -49,7 +50,7 @@ class BertForSequenceClassification(nn.Module):
       mask = (jnp.ones_like(input_ids) if input_mask is None else input_mask)[..., None]
       mask = mask.astype(out["sequence_output"].dtype)         # [batch, len, 1]
       pooled = jnp.sum(out["sequence_output"] * mask, 1) / jnp.maximum(jnp.sum(mask, 1), 1)
-    x = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(pooled)
+    x = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(pooled)
     logits = _dense(cfg, self.num_labels, "classifier")(x)    # [batch, num_labels]
     return {"logits": logits.astype(jnp.float32)}
 
@@ -64,7 +65,7 @@ class BertForTokenClassification(nn.Module):
                segment_ids: Array | None = None) -> dict:
     cfg = self.config
     out = BertModel(cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids)
-    x = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(out["sequence_output"])
+    x = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(out["sequence_output"])
     logits = _dense(cfg, self.num_labels, "classifier")(x)    # [batch, len, num_labels]
     return {"logits": logits.astype(jnp.float32)}
 

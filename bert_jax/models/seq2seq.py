@@ -18,6 +18,7 @@ import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
 from bert_jax.layers.config import TransformerConfig, embedding
+from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Decoder, Encoder
 
@@ -46,7 +47,7 @@ class Transformer(nn.Module):
     cfg = self.config
     self.embedder = embedding(cfg, cfg.vocab_size, "vocab")
     self.positional = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
-    self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
     self.encoder = Encoder(cfg.replace(decode=False), return_weights=self.return_weights)
     self.decoder = Decoder(cfg, cross_attention=True,
                            num_layers=cfg.num_decoder_layers or cfg.num_layers,
