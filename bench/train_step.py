@@ -30,7 +30,9 @@ catches a system training a different problem (wrong labels, no masking, another
 
 * ours: `PretrainingTask` from a ConfigDict, state from `create_sharded_state` on a
   1-device mesh, `steps.train_step` jitted as train/loop.py does (shardings, donation).
-  Scan over layers, no remat; vocabulary logits only at the masked positions.
+  scan_layers as the pretraining configs leave it (per platform: on CPU, unrolled up to
+  12 layers; `--variants scan` times the scanned stack), no remat; vocabulary logits
+  only at the masked positions.
 * torch: transformers' `BertForPreTraining(BertConfig(...))` in train mode, its own loss
   (MLM cross-entropy over the labels != -100 + NSP), `torch.optim.AdamW` with the same
   hyper-parameters and decay mask, `clip_grad_norm_`, LambdaLR with the same schedule,
@@ -101,6 +103,7 @@ CASES = {  # name -> (variant, model overrides, batch, seq, max predictions)
 SYSTEMS = ("ours", "torch", "flax")
 # Our step with one setting changed, for --variants (what limits us on this CPU).
 VARIANTS = {
+    "scan": dict(scan_layers=True),
     "unrolled": dict(scan_layers=False),
     "reference_attention": dict(attention_impl="reference"),
     "attention_dropout": dict(attention_dropout_rate=0.1),  # -> the written-out path
@@ -158,7 +161,9 @@ def our_config(variant: str, overrides: dict, batch: int, seq: int, preds: int,
                attention_dropout: float) -> ml_collections.ConfigDict:
   c = base_config("bert_pretraining")
   c.model = ml_collections.ConfigDict(dict(
-      variant=variant, dtype="float32", scan_layers=True, remat_policy="none",
+      # scan_layers None: the per-platform default of the pretraining configs
+      # (train/defaults.default_scan_layers: unrolled up to 12 layers on CPU).
+      variant=variant, dtype="float32", scan_layers=None, remat_policy="none",
       dropout_rate=0.1, attention_dropout_rate=attention_dropout))
   c.model.update(overrides)
   c.data = ml_collections.ConfigDict(dict(mode="nsp", max_seq_length=seq,

@@ -2,6 +2,11 @@
 seq 128 for 90% of the steps then 512; Adam 1e-4 (β 0.9/0.999, ε 1e-6), 10k warmup,
 linear decay, weight decay 0.01; bf16 compute, params and optimizer state in float32.
 
+Per-platform default: `model.scan_layers` is None, i.e. scanned layers on TPU/GPU (compile
+time independent of depth) and the 12 layers unrolled on CPU, where scan costs ~10% of
+every step (train/defaults.default_scan_layers; bench/RESULTS.md "Train step"). A resumed
+run keeps the layout of its checkpoints. --config.model.scan_layers=true|false fixes it.
+
 Run (one host; TPU pods: launch/tpu_pod.sh; SLURM: launch/slurm.sbatch):
   python -m bert_jax.main --config configs/bert_base.py --workdir /path/to/bert_base
 MLM only with packed rows (RoBERTa-style): --config configs/bert_base.py:mlm_only

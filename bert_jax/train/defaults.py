@@ -50,22 +50,81 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
 
 def model_config(variant: str, **overrides) -> ml_collections.ConfigDict:
   """`config.model`: every TransformerConfig field of the variant, so each one can be
-  overridden from the command line (`--config.model.dropout_rate=0`) in a locked config."""
+  overridden from the command line (`--config.model.dropout_rate=0`) in a locked config.
+
+  `scan_layers=None` (a bool placeholder: `--config.model.scan_layers=true|false` still
+  works) means "per platform", see `default_scan_layers`."""
   import dataclasses  # pylint: disable=g-import-not-at-top
   from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
   fields = dataclasses.asdict(get_model_config(variant, **overrides))
   for name in OPTIONAL_INT_FIELDS:  # None -> 0, so the field's type is int
     fields[name] = fields[name] or 0
+  if fields["scan_layers"] is None:
+    fields["scan_layers"] = config_dict.placeholder(bool)
   return ml_collections.ConfigDict(dict(variant=variant, **fields))
 
 
+# Deepest stack that runs unrolled on CPU when scan_layers is per platform (None).
+CPU_UNROLLED_MAX_LAYERS = 12
+
+
+def default_scan_layers(num_layers: int, platform: str) -> bool:
+  """scan_layers for `platform` ("cpu", "gpu", "tpu") when the config leaves it None.
+
+  Accelerators scan: the compile time of a scanned stack does not grow with depth (24
+  layers: 7.7 s vs 36.6 s here) and remat policies apply per layer. On CPU, scan costs
+  8-10% of every step (the stacked-layer bookkeeping: dynamic slices of the stacked
+  params and residuals, bench/RESULTS.md "Train step"), which repays the extra compile
+  of a shallow model within a few hundred steps, so up to CPU_UNROLLED_MAX_LAYERS layers
+  are unrolled there.
+  """
+  return platform != "cpu" or num_layers > CPU_UNROLLED_MAX_LAYERS
+
+
+def resolve_scan_layers(config: ml_collections.ConfigDict, platform: str,
+                        workdir: str | None = None) -> bool:
+  """Fixes a per-platform `config.model.scan_layers` (None) to a bool, in place.
+
+  A run resuming from `workdir` keeps the layout its checkpoints were saved in (a run
+  started on TPU and resumed on CPU still scans), since the two layouts' params and
+  optimizer state have different shapes. Returns the value now in the config.
+  """
+  if "model" not in config or "scan_layers" not in config.model:
+    return False
+  if config.model.scan_layers is None:
+    saved = _checkpoint_scan_layers(workdir) if workdir else None
+    config.model.scan_layers = (saved if saved is not None else default_scan_layers(
+        transformer_config(config).num_layers, platform))
+  return bool(config.model.scan_layers)
+
+
+def _checkpoint_scan_layers(workdir: str) -> bool | None:
+  """scan_layers of the newest checkpoint in `workdir`, None when there is none."""
+  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  directory, steps = checkpoint.checkpoint_steps(workdir)
+  if not steps:
+    return None
+  try:
+    return bool(checkpoint.read_meta(directory / str(steps[-1]))["model_config"]["scan_layers"])
+  except (OSError, KeyError, ValueError):  # restore reports a bad checkpoint properly
+    return None
+
+
 def transformer_config(config: ml_collections.ConfigDict):
-  """The TransformerConfig of `config.model`: its variant plus the field overrides."""
+  """The TransformerConfig of `config.model`: its variant plus the field overrides.
+
+  A per-platform scan_layers (None) resolves for the platform jax runs on; entry points
+  that build for another one (bert_jax.aot) call `resolve_scan_layers` first."""
   from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
   overrides = {k: v for k, v in config.model.items() if k != "variant"}
   for name in OPTIONAL_INT_FIELDS:  # 0 -> None: derived from hidden_size
     if overrides.get(name) == 0:
       overrides[name] = None
+  if overrides.get("scan_layers", False) is None:
+    import jax  # pylint: disable=g-import-not-at-top
+    num_layers = get_model_config(config.model.variant,
+                                  **{**overrides, "scan_layers": False}).num_layers
+    overrides["scan_layers"] = default_scan_layers(num_layers, jax.default_backend())
   return get_model_config(config.model.variant, **overrides)
 
 
@@ -89,7 +148,7 @@ def wandb_config() -> ml_collections.ConfigDict:
 def bert_pretraining_config(variant: str, arg=None) -> ml_collections.ConfigDict:
   """The paper's pretraining setup for a BERT variant; arg "mlm_only" packs rows, no NSP."""
   c = base_config("bert_pretraining")
-  c.model = model_config(variant, dtype="bfloat16", scan_layers=True,
+  c.model = model_config(variant, dtype="bfloat16", scan_layers=None,  # per platform
                          remat_policy="dots_no_batch")
   c.data = data_config()
   c.data.mode = "mlm_packed" if arg == "mlm_only" else "nsp"
