@@ -30,7 +30,7 @@ def check(config: ml_collections.ConfigDict, topology: str, steps: Sequence[str]
                        f"({registry.TRAINERS[config.task][0]}), not the shared steps; "
                        "the AOT check covers the tasks of registry.TASKS.")
     from bert_jax.train import defaults  # pylint: disable=g-import-not-at-top
-    defaults.resolve_scan_layers(config, "tpu")  # the target's default, not this host's
+    defaults.resolve_platform(config, "tpu")  # the target's default, not this host's
     task = registry.get_task(config)
   bad = [s for s in steps if s not in STEPS]
   if bad:

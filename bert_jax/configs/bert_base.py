@@ -4,7 +4,7 @@ linear decay, weight decay 0.01; bf16 compute, params and optimizer state in flo
 
 Per-platform default: `model.scan_layers` is None, i.e. scanned layers on TPU/GPU (compile
 time independent of depth) and the 12 layers unrolled on CPU, where scan costs ~10% of
-every step (train/defaults.default_scan_layers; bench/RESULTS.md "Train step"). A resumed
+every step (train/defaults.default_for; bench/RESULTS.md "Train step"). A resumed
 run keeps the layout of its checkpoints. --config.model.scan_layers=true|false fixes it.
 
 Run (one host; TPU pods: launch/tpu_pod.sh; SLURM: launch/slurm.sbatch):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from bert_jax.layers import dropout as dropout_lib
 from bert_jax.layers import positional
 from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers import dense as dense_lib
 
 Array = jax.Array
 
@@ -177,7 +178,7 @@ class MultiHeadAttention(nn.Module):
     dense = functools.partial(
         nn.DenseGeneral, axis=-1, features=(cfg.num_heads, cfg.d_head), use_bias=cfg.use_bias,
         dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
-        kernel_init=cfg.kernel_init("embed", "heads", "kv"),
+        dot_general=dense_lib.for_config(cfg), kernel_init=cfg.kernel_init("embed", "heads", "kv"),
         bias_init=cfg.zeros_init("heads", "kv"))
     query = dense(name="query")(inputs_q)   # [batch, q_len, heads, d_k]
     if cfg.decode and not self_attention and self.has_variable("cache", "cross_key"):
@@ -226,7 +227,7 @@ class MultiHeadAttention(nn.Module):
     return nn.DenseGeneral(
         features=inputs_q.shape[-1], axis=(-2, -1), use_bias=cfg.use_bias,
         dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
-        kernel_init=cfg.kernel_init("heads", "kv", "embed"),
+        dot_general=dense_lib.for_config(cfg), kernel_init=cfg.kernel_init("heads", "kv", "embed"),
         bias_init=cfg.zeros_init("embed"), name="out")(out)
 
   def _update_cache(self, key: Array, value: Array, mask: Array | None):

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from bert_jax.layers.attention import MultiHeadAttention
 from bert_jax.layers.config import TransformerConfig, layer_norm
+from bert_jax.layers import dense as dense_lib
 from bert_jax.layers.dropout import Dropout
 
 Array = jax.Array
@@ -28,7 +29,8 @@ class FeedForward(nn.Module):
   def __call__(self, x: Array) -> Array:
     cfg = self.config
     dense = functools.partial(nn.Dense, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
-                              param_dtype=cfg.params_dtype)
+                              param_dtype=cfg.params_dtype,
+                              dot_general=dense_lib.for_config(cfg))
     h = dense(cfg.d_mlp, kernel_init=cfg.kernel_init("embed", "mlp"),
               bias_init=cfg.zeros_init("mlp"), name="wi")(x)          # [batch, len, mlp]
     h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))

@@ -47,6 +47,9 @@ class TransformerConfig:
   param_dtype: str = "float32"
   attention_impl: str = "auto"      # one of ATTENTION_IMPLS
   scan_layers: bool = False
+  # The Dense layers' gradient as 2-D matmuls (layers/dense.py): faster on XLA:CPU, more
+  # FSDP communication on TPU. None = per platform (train/defaults.for_platform): CPU.
+  dense_grad_2d: Optional[bool] = None
   remat_policy: str = "none"        # one of REMAT_POLICIES
   deterministic: bool = False       # no dropout (eval / decode)
   decode: bool = False              # autoregressive decoding with a KV cache

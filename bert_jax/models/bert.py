@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from bert_jax.layers import attention as attn_lib
 from bert_jax.layers.blocks import ACTIVATIONS
 from bert_jax.layers.config import TransformerConfig, embedding, layer_norm
+from bert_jax.layers import dense as dense_lib
 from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Encoder
@@ -133,7 +134,7 @@ class MlmHead(nn.Module):
     cfg = self.config
     x = nn.Dense(cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                  kernel_init=cfg.kernel_init("embed", "mlp"), bias_init=cfg.zeros_init("mlp"),
-                 name="transform")(x)
+                 dot_general=dense_lib.for_config(cfg), name="transform")(x)
     x = ACTIVATIONS[cfg.activation](x)
     x = layer_norm(cfg, "layer_norm")(x)
     bias = self.param("bias", cfg.zeros_init("vocab"), (cfg.vocab_size,), cfg.params_dtype)

@@ -63,7 +63,7 @@ def run(config: ml_collections.ConfigDict, workdir: str):
     return _load(*TRAINERS[config.task])(config, workdir)
   import jax  # pylint: disable=g-import-not-at-top
   from bert_jax.train import defaults  # pylint: disable=g-import-not-at-top
-  defaults.resolve_scan_layers(config, jax.default_backend(), workdir)
+  defaults.resolve_platform(config, jax.default_backend(), workdir)
   task = get_task(config)
   from bert_jax.train.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
   result = train_and_evaluate(config, workdir, task)

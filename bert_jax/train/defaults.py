@@ -52,50 +52,75 @@ def model_config(variant: str, **overrides) -> ml_collections.ConfigDict:
   """`config.model`: every TransformerConfig field of the variant, so each one can be
   overridden from the command line (`--config.model.dropout_rate=0`) in a locked config.
 
-  `scan_layers=None` (a bool placeholder: `--config.model.scan_layers=true|false` still
-  works) means "per platform", see `default_scan_layers`."""
+  None in a PER_PLATFORM_FIELDS field (a bool placeholder: `--config.model.scan_layers=
+  true|false` still works) means "the platform's default", see `default_for`."""
   import dataclasses  # pylint: disable=g-import-not-at-top
   from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
   fields = dataclasses.asdict(get_model_config(variant, **overrides))
   for name in OPTIONAL_INT_FIELDS:  # None -> 0, so the field's type is int
     fields[name] = fields[name] or 0
-  if fields["scan_layers"] is None:
-    fields["scan_layers"] = config_dict.placeholder(bool)
+  for name in PER_PLATFORM_FIELDS:  # None: a bool placeholder, fixed per platform
+    if fields[name] is None:
+      fields[name] = config_dict.placeholder(bool)
   return ml_collections.ConfigDict(dict(variant=variant, **fields))
 
 
+# TransformerConfig bool fields whose None means "the platform's default" (default_for).
+PER_PLATFORM_FIELDS = ("scan_layers", "dense_grad_2d")
 # Deepest stack that runs unrolled on CPU when scan_layers is per platform (None).
 CPU_UNROLLED_MAX_LAYERS = 12
 
 
-def default_scan_layers(num_layers: int, platform: str) -> bool:
-  """scan_layers for `platform` ("cpu", "gpu", "tpu") when the config leaves it None.
+def default_for(field: str, num_layers: int, platform: str) -> bool:
+  """The value of a PER_PLATFORM_FIELDS field on `platform` ("cpu", "gpu", "tpu").
 
-  Accelerators scan: the compile time of a scanned stack does not grow with depth (24
-  layers: 7.7 s vs 36.6 s here) and remat policies apply per layer. On CPU, scan costs
-  8-10% of every step (the stacked-layer bookkeeping: dynamic slices of the stacked
-  params and residuals, bench/RESULTS.md "Train step"), which repays the extra compile
-  of a shallow model within a few hundred steps, so up to CPU_UNROLLED_MAX_LAYERS layers
-  are unrolled there.
+  scan_layers: accelerators scan: the compile time of a scanned stack does not grow with
+  depth (24 layers: 7.7 s vs 36.6 s here) and remat policies apply per layer. On CPU,
+  scan costs 8-10% of every step (the stacked-layer bookkeeping: dynamic slices of the
+  stacked params and residuals, bench/RESULTS.md "Train step"), which repays the extra
+  compile of a shallow model within a few hundred steps, so up to CPU_UNROLLED_MAX_LAYERS
+  layers are unrolled there.
+  dense_grad_2d: CPU only (layers/dense.py: -15% step time there; more FSDP
+  communication when compiled for TPU).
   """
-  return platform != "cpu" or num_layers > CPU_UNROLLED_MAX_LAYERS
+  if field == "scan_layers":
+    return platform != "cpu" or num_layers > CPU_UNROLLED_MAX_LAYERS
+  if field == "dense_grad_2d":
+    return platform == "cpu"
+  raise KeyError(f"{field!r} is not one of {PER_PLATFORM_FIELDS}")
 
 
-def resolve_scan_layers(config: ml_collections.ConfigDict, platform: str,
-                        workdir: str | None = None) -> bool:
-  """Fixes a per-platform `config.model.scan_layers` (None) to a bool, in place.
+def for_platform(cfg, platform: str | None = None):
+  """TransformerConfig `cfg` with its per-platform fields (None) fixed for `platform`
+  (default: the platform jax runs on)."""
+  fixes = [f for f in PER_PLATFORM_FIELDS if getattr(cfg, f) is None]
+  if not fixes:
+    return cfg
+  if platform is None:
+    import jax  # pylint: disable=g-import-not-at-top
+    platform = jax.default_backend()
+  return cfg.replace(**{f: default_for(f, cfg.num_layers, platform) for f in fixes})
 
-  A run resuming from `workdir` keeps the layout its checkpoints were saved in (a run
-  started on TPU and resumed on CPU still scans), since the two layouts' params and
-  optimizer state have different shapes. Returns the value now in the config.
+
+def resolve_platform(config: ml_collections.ConfigDict, platform: str,
+                     workdir: str | None = None) -> None:
+  """Fixes the per-platform fields of `config.model` (None) for `platform`, in place, so
+  the config that is logged and saved says what ran.
+
+  A run resuming from `workdir` keeps the scan_layers its checkpoints were saved with (a
+  run started on TPU and resumed on CPU still scans), since the two layouts' params and
+  optimizer state have different shapes.
   """
-  if "model" not in config or "scan_layers" not in config.model:
-    return False
-  if config.model.scan_layers is None:
-    saved = _checkpoint_scan_layers(workdir) if workdir else None
-    config.model.scan_layers = (saved if saved is not None else default_scan_layers(
-        transformer_config(config).num_layers, platform))
-  return bool(config.model.scan_layers)
+  if "model" not in config or "variant" not in config.model:
+    return
+  if config.model.get("scan_layers", False) is None and workdir:
+    saved = _checkpoint_scan_layers(workdir)
+    if saved is not None:
+      config.model.scan_layers = saved
+  cfg = for_platform(transformer_config(config, platform), platform)
+  for name in PER_PLATFORM_FIELDS:
+    if name in config.model and config.model[name] is None:
+      config.model[name] = getattr(cfg, name)
 
 
 def _checkpoint_scan_layers(workdir: str) -> bool | None:
@@ -110,22 +135,16 @@ def _checkpoint_scan_layers(workdir: str) -> bool | None:
     return None
 
 
-def transformer_config(config: ml_collections.ConfigDict):
-  """The TransformerConfig of `config.model`: its variant plus the field overrides.
-
-  A per-platform scan_layers (None) resolves for the platform jax runs on; entry points
-  that build for another one (bert_jax.aot) call `resolve_scan_layers` first."""
+def transformer_config(config: ml_collections.ConfigDict, platform: str | None = None):
+  """The TransformerConfig of `config.model`: its variant plus the field overrides, the
+  per-platform fields fixed for `platform` (default: the one jax runs on; bert_jax.aot
+  builds for TPU on a CPU host and passes it through `resolve_platform`)."""
   from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
   overrides = {k: v for k, v in config.model.items() if k != "variant"}
   for name in OPTIONAL_INT_FIELDS:  # 0 -> None: derived from hidden_size
     if overrides.get(name) == 0:
       overrides[name] = None
-  if overrides.get("scan_layers", False) is None:
-    import jax  # pylint: disable=g-import-not-at-top
-    num_layers = get_model_config(config.model.variant,
-                                  **{**overrides, "scan_layers": False}).num_layers
-    overrides["scan_layers"] = default_scan_layers(num_layers, jax.default_backend())
-  return get_model_config(config.model.variant, **overrides)
+  return for_platform(get_model_config(config.model.variant, **overrides), platform)
 
 
 def base_config(task: str) -> ml_collections.ConfigDict:

@@ -1,16 +1,17 @@
-"""train/defaults.py: scan_layers per platform (None) and what fixes it."""
+"""train/defaults.py: the per-platform model fields (None) and what fixes them."""
+import importlib.util
 import json
+import os
 
 import pytest
 
 from bert_jax import configs
+from bert_jax.models.variants import get_model_config
 from bert_jax.train import defaults
 
 
 def _exec(name):
   """get_config() of configs/<name>.py."""
-  import importlib.util
-  import os
   path = os.path.join(os.path.dirname(configs.__file__), name + ".py")
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
@@ -18,24 +19,35 @@ def _exec(name):
   return module.get_config()
 
 
-@pytest.mark.parametrize("platform,layers,want", [
-    ("cpu", 2, False), ("cpu", 12, False), ("cpu", 24, True),
-    ("tpu", 2, True), ("tpu", 12, True), ("gpu", 12, True)])
-def test_default_scan_layers(platform, layers, want):
-  assert defaults.default_scan_layers(layers, platform) is want
+@pytest.mark.parametrize("platform,layers,scan,dense_2d", [
+    ("cpu", 2, False, True), ("cpu", 12, False, True), ("cpu", 24, True, True),
+    ("tpu", 2, True, False), ("tpu", 12, True, False), ("gpu", 12, True, False)])
+def test_platform_defaults(platform, layers, scan, dense_2d):
+  assert defaults.default_for("scan_layers", layers, platform) is scan
+  assert defaults.default_for("dense_grad_2d", layers, platform) is dense_2d
+  cfg = get_model_config("bert/tiny", num_layers=layers, scan_layers=None)
+  fixed = defaults.for_platform(cfg, platform)
+  assert (fixed.scan_layers, fixed.dense_grad_2d) == (scan, dense_2d)
+  # Explicit values are kept.
+  kept = defaults.for_platform(cfg.replace(scan_layers=not scan, dense_grad_2d=False), platform)
+  assert (kept.scan_layers, kept.dense_grad_2d) == (not scan, False)
 
 
-def test_pretraining_configs_leave_scan_to_the_platform():
+def test_pretraining_configs_leave_the_layout_to_the_platform():
   base, large = _exec("bert_base"), _exec("bert_large")
   assert base.model.scan_layers is None and large.model.scan_layers is None
+  assert base.model.dense_grad_2d is None
   # On this CPU host: BERT-base (12 layers) unrolls, BERT-large (24) scans.
   assert defaults.transformer_config(base).scan_layers is False
+  assert defaults.transformer_config(base).dense_grad_2d is True
   assert defaults.transformer_config(large).scan_layers is True
   # For a TPU target (bert_jax.aot) both scan, and the config then says so.
-  assert defaults.resolve_scan_layers(base, "tpu") is True and base.model.scan_layers is True
+  defaults.resolve_platform(base, "tpu")
+  assert base.model.scan_layers is True and base.model.dense_grad_2d is False
   # An explicit value is kept whatever the platform; the field still takes bools only.
   large.model.scan_layers = False
-  assert defaults.resolve_scan_layers(large, "tpu") is False
+  defaults.resolve_platform(large, "tpu")
+  assert large.model.scan_layers is False
   with pytest.raises(TypeError):
     large.model.scan_layers = "auto"
 
@@ -46,17 +58,18 @@ def _fake_checkpoint(workdir, step, scan):
   (meta / "metadata").write_text(json.dumps({"model_config": {"scan_layers": scan}}))
 
 
+def _resolved_scan(platform, workdir):
+  config = _exec("bert_base")
+  defaults.resolve_platform(config, platform, str(workdir))
+  return config.model.scan_layers
+
+
 def test_a_resumed_run_keeps_the_layout_of_its_checkpoints(tmp_path):
   # Started on an accelerator (scanned checkpoints), resumed on CPU: it keeps scanning,
   # since the unrolled state would not match the saved one.
   _fake_checkpoint(tmp_path, 100, True)
   _fake_checkpoint(tmp_path, 200, True)
-  config = _exec("bert_base")
-  assert defaults.resolve_scan_layers(config, "cpu", str(tmp_path)) is True
-  # No checkpoint yet: the platform decides.
-  config = _exec("bert_base")
-  assert defaults.resolve_scan_layers(config, "cpu", str(tmp_path / "fresh")) is False
-  # The newest checkpoint is the one that counts.
-  _fake_checkpoint(tmp_path, 300, False)
-  config = _exec("bert_base")
-  assert defaults.resolve_scan_layers(config, "tpu", str(tmp_path)) is False
+  assert _resolved_scan("cpu", tmp_path) is True
+  assert _resolved_scan("cpu", tmp_path / "fresh") is False  # no checkpoint: the platform's
+  _fake_checkpoint(tmp_path, 300, False)  # the newest checkpoint is the one that counts
+  assert _resolved_scan("tpu", tmp_path) is False

@@ -32,13 +32,13 @@ from bert_jax import paths
 from bert_jax.data import sampling
 from bert_jax.layers.stacks import unrolled_to_scan
 from bert_jax.train import losses
-from bert_jax.train.defaults import transformer_config
+from bert_jax.train.defaults import for_platform, transformer_config
 from bert_jax.train.writer import log
 
 # TransformerConfig fields a fine-tuning config may set on top of a pretrained encoder's
 # architecture: numerics, regularization and layout, never sizes.
 RUN_FIELDS = ("dtype", "param_dtype", "attention_impl", "scan_layers", "remat_policy",
-              "dropout_rate", "attention_dropout_rate")
+              "dropout_rate", "attention_dropout_rate", "dense_grad_2d")
 
 
 def _resolve_encoder(config: ml_collections.ConfigDict):
@@ -59,7 +59,7 @@ def _resolve_encoder(config: ml_collections.ConfigDict):
     if tokenizer is None:
       raise ValueError(f"init_from={path} has no tokenizer (vocab.txt / tokenizer.json); "
                        "set config.data.vocab to one.")
-    return model_config.replace(deterministic=False, **run), tokenizer
+    return for_platform(model_config.replace(deterministic=False, **run)), tokenizer
   if not vocab:
     raise ValueError("fine-tuning from scratch needs config.data.vocab (a vocab.txt, a "
                      "tokenizer.json or a directory); or set config.init_from to a "

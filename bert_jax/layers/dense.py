@@ -1,0 +1,81 @@
+"""The matmul of the Dense / DenseGeneral layers, its gradient written as 2-D matmuls.
+
+`dot_general` is passed to flax's `nn.Dense(..., dot_general=dot_general)` and
+`nn.DenseGeneral`. The forward pass is exactly `lax.dot_general`; only the backward
+differs from jax's automatic transpose: for the dense contraction y[m..., o...] =
+x[m..., k...] · w[k..., o...] it flattens to 2-D and computes
+  dx = g2 · w2ᵀ,   dw = x2ᵀ · g2     (x2 [M, K], w2 [K, O], g2 [M, O])
+Why: on XLA:CPU, jax's transpose of the 3-D/4-D contractions (e.g. the attention
+projections' [batch, len, embed] x [embed, heads, d]) gives dot_generals whose operand
+layouts XLA satisfies by fusing the gradient's producer (LayerNorm backward, dropout)
+into a transposing loop fusion, which runs at a fraction of memory speed (profile of
+BERT-base: ~300 ms of a 3 s step in [768, 1024] transposing fusions). With the 2-D
+form the same step takes 15% less time (bench/RESULTS.md "Train step"). Only a CPU
+default (TransformerConfig.dense_grad_2d, per platform): compiled for TPU (bert_jax.aot,
+BERT-base on v5e:2x2) it lowers data-parallel temporaries (0.63 -> 0.56 GiB per chip) but
+under FSDP it turns the weight-gradient reduce-scatters into larger all-reduces and
+all-gathers (1.36 -> 2.15 GiB of collectives per step), so accelerators keep jax's.
+
+Contractions of another form (batch dimensions, contracting dims not trailing in x and
+leading in w) go to `lax.dot_general` with its usual gradient.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+from jax import lax
+
+
+def _is_dense(lhs_ndim: int, dimension_numbers) -> int:
+  """The number of contracted dims when the contraction is x[..., k...] · w[k..., ...]."""
+  (lhs_c, rhs_c), (lhs_b, rhs_b) = dimension_numbers
+  n = len(lhs_c)
+  dense = (not lhs_b and not rhs_b and n > 0
+           and tuple(lhs_c) == tuple(range(lhs_ndim - n, lhs_ndim))
+           and tuple(rhs_c) == tuple(range(n)))
+  return n if dense else 0
+
+
+def _dims(n: int, lhs_ndim: int):
+  return ((tuple(range(lhs_ndim - n, lhs_ndim)), tuple(range(n))), ((), ()))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _dense_dot(x, w, n: int, precision):
+  return lax.dot_general(x, w, _dims(n, x.ndim), precision=precision)
+
+
+def _fwd(x, w, n, precision):
+  return _dense_dot(x, w, n, precision), (x, w)
+
+
+def _bwd(n, precision, residuals, g):
+  x, w = residuals
+  k, o = math.prod(w.shape[:n]), math.prod(w.shape[n:])
+  m = x.size // k
+  g2 = g.reshape(m, o)                                                  # [M, O]
+  w2 = w.reshape(k, o)                                                  # [K, O]
+  dx = lax.dot_general(g2, w2, (((1,), (1,)), ((), ())), precision=precision)  # [M, K]
+  dw = lax.dot_general(x.reshape(m, k), g2, (((0,), (0,)), ((), ())),
+                       precision=precision)                            # [K, O]
+  return dx.reshape(x.shape).astype(x.dtype), dw.reshape(w.shape).astype(w.dtype)
+
+
+_dense_dot.defvjp(_fwd, _bwd)
+
+
+def for_config(cfg):
+  """The `dot_general=` of a Dense layer under TransformerConfig `cfg` (None = lax's)."""
+  return dot_general if cfg.dense_grad_2d else None
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
+                **kwargs):
+  """`lax.dot_general`, with the 2-D gradient above for dense contractions."""
+  n = _is_dense(lhs.ndim, dimension_numbers)
+  if n and preferred_element_type is None and not kwargs:
+    return _dense_dot(lhs, rhs, n, precision)
+  return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                         preferred_element_type=preferred_element_type, **kwargs)

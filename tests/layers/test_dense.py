@@ -1,0 +1,63 @@
+"""layers/dense.py: the 2-D gradient equals jax's own gradient of lax.dot_general."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from bert_jax.layers import dense
+
+
+@pytest.mark.parametrize("x_shape,w_shape,n", [
+    ((6, 5), (5, 7), 1),                 # Dense on a matrix
+    ((2, 3, 5), (5, 7), 1),              # Dense on [batch, len, embed]
+    ((2, 3, 5), (5, 4, 3), 1),           # DenseGeneral -> [batch, len, heads, d]
+    ((2, 3, 4, 3), (4, 3, 5), 2),        # attention output: [heads, d] -> embed
+])
+def test_value_and_gradients_match_lax(x_shape, w_shape, n):
+  kx, kw, kg = jax.random.split(jax.random.key(0), 3)
+  x = jax.random.normal(kx, x_shape)
+  w = jax.random.normal(kw, w_shape)
+  dims = ((tuple(range(len(x_shape) - n, len(x_shape))), tuple(range(n))), ((), ()))
+  out_shape = x_shape[:len(x_shape) - n] + w_shape[n:]
+  probe = jax.random.normal(kg, out_shape)  # a random cotangent
+
+  def loss(fn):
+    return lambda x, w: jnp.sum(fn(x, w, dims) * probe)
+
+  want_y = lax.dot_general(x, w, dims)
+  got_y = dense.dot_general(x, w, dims)
+  np.testing.assert_array_equal(got_y, want_y)  # the forward pass is lax's, unchanged
+  want = jax.grad(loss(lax.dot_general), argnums=(0, 1))(x, w)
+  got = jax.grad(loss(dense.dot_general), argnums=(0, 1))(x, w)
+  for g, e in zip(got, want):
+    assert g.shape == e.shape and g.dtype == e.dtype
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_other_contractions_fall_back_to_lax():
+  x, w = jnp.ones((3, 4, 5)), jnp.ones((3, 5, 6))
+  dims = (((2,), (1,)), ((0,), (0,)))  # a batched matmul: not a dense layer
+  assert dense._is_dense(x.ndim, dims) == 0  # pylint: disable=protected-access
+  np.testing.assert_array_equal(dense.dot_general(x, w, dims), lax.dot_general(x, w, dims))
+  assert dense._is_dense(2, (((0,), (0,)), ((), ()))) == 0  # contracts x's leading dim
+
+
+def test_flax_layers_with_it_train_like_the_defaults_in_bf16():
+  x = jax.random.normal(jax.random.key(1), (2, 8, 16), jnp.bfloat16)
+  for layer in (lambda **kw: nn.Dense(32, dtype=jnp.bfloat16, **kw),
+                lambda **kw: nn.DenseGeneral((4, 8), dtype=jnp.bfloat16, **kw)):
+    ours, ref = layer(dot_general=dense.dot_general), layer()
+    params = ref.init(jax.random.key(2), x)
+
+    def loss(m):
+      return lambda p, x: jnp.sum(m.apply(p, x).astype(jnp.float32) ** 2)
+
+    (lo, go), (lr, gr) = (jax.value_and_grad(loss(m), argnums=(0, 1))(params, x)
+                          for m in (ours, ref))
+    assert lo == lr
+    for a, b in zip(jax.tree_util.tree_leaves(go), jax.tree_util.tree_leaves(gr)):
+      assert a.dtype == b.dtype
+      np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                                 rtol=2e-2, atol=2e-2)
