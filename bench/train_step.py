@@ -104,6 +104,7 @@ SYSTEMS = ("ours", "torch", "flax")
 # Our step with one setting changed, for --variants (what limits us on this CPU).
 VARIANTS = {
     "scan": dict(scan_layers=True),
+    "jax_dense_grads": dict(dense_grad_2d=False),  # layers/dense.py off
     "unrolled": dict(scan_layers=False),
     "reference_attention": dict(attention_impl="reference"),
     "attention_dropout": dict(attention_dropout_rate=0.1),  # -> the written-out path

@@ -10,6 +10,7 @@ Param tree (unrolled; with scan_layers `encoder/layers` holds stacked layers):
 from __future__ import annotations
 
 import flax.linen as nn
+from flax.linen.dtypes import promote_dtype
 import jax
 import jax.numpy as jnp
 
@@ -54,7 +55,10 @@ class BertEmbeddings(nn.Module):
 
   def attend(self, x: Array) -> Array:
     """x [..., hidden] -> logits [..., vocab] against the token embedding table."""
-    return self.token_embedder.attend(x)
+    if not self.config.dense_grad_2d:
+      return self.token_embedder.attend(x)
+    x, table = promote_dtype(x, self.token_embedder.embedding, dtype=self.config.compute_dtype)
+    return dense_lib.transposed_dot(x, table)                 # as Embed.attend, 2-D grads
 
 
 class BertModel(nn.Module):
@@ -138,6 +142,8 @@ class MlmHead(nn.Module):
     x = ACTIVATIONS[cfg.activation](x)
     x = layer_norm(cfg, "layer_norm")(x)
     bias = self.param("bias", cfg.zeros_init("vocab"), (cfg.vocab_size,), cfg.params_dtype)
+    if cfg.dense_grad_2d:
+      return dense_lib.add_bias(attend(x), bias.astype(x.dtype))  # [..., vocab]
     return attend(x) + bias.astype(x.dtype)                   # [..., vocab]
 
 

@@ -42,6 +42,17 @@ def softmax_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Arr
 
 
 def correct_count(logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None):
-  """Sum of weights where argmax(logits) == labels."""
-  hit = (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
+  """Sum of weights where argmax(logits) == labels (ties go to the lowest index, as argmax).
+
+  Written as "no class beats the label's logit" rather than with argmax: XLA:CPU runs
+  argmax's (value, index) reduction ~3x slower than these plain ones (BERT-mini's MLM
+  accuracy over [32, 20, 30522] logits: 32 ms vs 10 ms a step).
+  """
+  num_classes = logits.shape[-1]
+  in_range = (labels >= 0) & (labels < num_classes)
+  safe = jnp.where(in_range, labels, 0)[..., None]                     # [..., 1]
+  true_logit = jnp.take_along_axis(logits, safe, axis=-1)               # [..., 1]
+  index = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+  beaten = jnp.any((logits > true_logit) | ((logits == true_logit) & (index < safe)), axis=-1)
+  hit = (in_range & ~beaten).astype(jnp.float32)
   return jnp.sum(hit if weights is None else hit * weights.astype(jnp.float32))

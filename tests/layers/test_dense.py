@@ -61,3 +61,23 @@ def test_flax_layers_with_it_train_like_the_defaults_in_bf16():
       assert a.dtype == b.dtype
       np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                  rtol=2e-2, atol=2e-2)
+
+
+def test_tied_output_layer_and_bias_gradients_match_autodiff():
+  kx, kt, kb, kg = jax.random.split(jax.random.key(3), 4)
+  x = jax.random.normal(kx, (4, 5, 8))
+  table = jax.random.normal(kt, (13, 8))
+  bias = jax.random.normal(kb, (13,))
+  probe = jax.random.normal(kg, (4, 5, 13))
+
+  def ours(x, t, b):
+    return jnp.sum(dense.add_bias(dense.transposed_dot(x, t), b) * probe)
+
+  def ref(x, t, b):
+    return jnp.sum((jnp.dot(x, t.T) + b) * probe)
+
+  assert ours(x, table, bias) == pytest.approx(float(ref(x, table, bias)), rel=1e-6)
+  for g, e in zip(jax.grad(ours, argnums=(0, 1, 2))(x, table, bias),
+                  jax.grad(ref, argnums=(0, 1, 2))(x, table, bias)):
+    assert g.shape == e.shape
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)

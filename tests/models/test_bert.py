@@ -119,3 +119,27 @@ def test_variants_table_and_unknown_names():
     get_model_config("bert/huge")
   with pytest.raises(KeyError, match="hidden_szie"):
     get_model_config("bert/base", hidden_szie=3)
+
+
+def test_dense_grad_2d_changes_no_output_and_no_gradient(tiny_bert):
+  # layers/dense.py's gradients (the CPU default) against jax's own, through the model.
+  _, variables = tiny_bert
+  ids = jax.random.randint(jax.random.key(1), (2, 12), 5, 64)
+  mask = jnp.ones((2, 12), jnp.int32)
+  seg = jnp.zeros((2, 12), jnp.int32)
+  positions = jnp.array([[1, 4, 11], [0, 2, 6]])
+
+  def loss_and_grads(flag):
+    model = BertForPreTraining(TINY.replace(dense_grad_2d=flag))
+
+    def loss(params):
+      out = model.apply({"params": params}, ids, mask, seg, positions)
+      return jnp.sum(out["mlm_logits"] ** 2) + jnp.sum(out["nsp_logits"] ** 2)
+    return jax.value_and_grad(loss)(variables["params"])
+
+  (l2d, g2d), (lj, gj) = loss_and_grads(True), loss_and_grads(False)
+  np.testing.assert_allclose(l2d, lj, rtol=1e-6)
+  flat_2d = dict(jax.tree_util.tree_leaves_with_path(g2d))
+  for path, want in jax.tree_util.tree_leaves_with_path(gj):
+    np.testing.assert_allclose(flat_2d[path], want, rtol=1e-4, atol=1e-5,
+                               err_msg=jax.tree_util.keystr(path))

@@ -33,3 +33,20 @@ def test_cross_entropy_focal_and_class_weights_match_the_formulas():
   ce = losses.softmax_cross_entropy(easy, jnp.asarray([0]))
   focal = losses.softmax_cross_entropy(easy, jnp.asarray([0]), focal_gamma=2.0)
   assert focal < 1e-4 * ce
+
+
+def test_correct_count_is_argmax_accuracy_with_its_tie_breaking():
+  rng = np.random.default_rng(0)
+  # Small integer logits: many ties, which argmax breaks to the lowest index.
+  logits = jnp.asarray(rng.integers(0, 4, size=(64, 7, 11)), jnp.float32)
+  labels = jnp.asarray(rng.integers(-1, 12, size=(64, 7)))  # -1 and 11: out of range
+  weights = jnp.asarray(rng.random((64, 7)), jnp.float32)
+  want = np.sum((np.argmax(np.asarray(logits), -1) == np.asarray(labels)) * np.asarray(weights))
+  got = losses.correct_count(logits, labels, weights)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert 0 < float(got) < float(weights.sum())
+  # Unweighted, on random logits.
+  logits = jnp.asarray(rng.normal(size=(50, 30)), jnp.float32)
+  labels = jnp.asarray(rng.integers(0, 30, size=(50,)))
+  assert float(losses.correct_count(logits, labels)) == float(
+      np.sum(np.argmax(np.asarray(logits), -1) == np.asarray(labels)))
