@@ -101,11 +101,35 @@ def _literal(text: str):
     return text
 
 
+BATCH_KEY = "config.train.batch_size"
+
+
+def _strategy(overrides: dict) -> tuple:
+  """A sweep point's strategy: its overrides other than the global batch, as table cells."""
+  return tuple(_cell(v) for k, v in overrides.items() if k != BATCH_KEY)
+
+
+def _cell(v) -> str:
+  return "x".join(str(x) for x in v) if isinstance(v, (tuple, list)) else str(v)
+
+
 def aot_rows(config_path: str, topology: str, extra: list[str]) -> list[dict]:
-  """Compiles every sweep point's train step for `topology`; one result row per point."""
+  """Compiles every sweep point's train step for `topology`; one result row per point.
+
+  A point whose strategy already failed to fit at a smaller global batch is not compiled
+  (its row says so): HBM per chip only grows with the batch."""
   from bert_jax.aot import check as check_lib, report as report_lib  # pylint: disable=g-import-not-at-top
   rows = []
+  too_big = {}  # strategy (the overrides but the batch) -> smallest batch that did not fit
   for overrides in load_sweep(config_path):
+    strategy, batch = _strategy(overrides), overrides.get(BATCH_KEY)
+    if batch is not None and too_big.get(strategy, batch + 1) <= batch:
+      # Memory grows with the batch: a larger one cannot fit where a smaller one did not.
+      row = {"overrides": overrides, "fits": False, "skipped": True,
+             "error": f"not compiled: batch {too_big[strategy]} already does not fit"}
+      rows.append(row)
+      print(f"# {run_name(overrides)}: {row['error']}", file=sys.stderr, flush=True)
+      continue
     arg = config_path.split(":", 1)[1] if ":" in config_path else None
     config = _load_module(config_path).get_config(arg)
     config.lock()
@@ -129,6 +153,8 @@ def aot_rows(config_path: str, topology: str, extra: list[str]) -> list[dict]:
                compile_seconds=sum(r["compile_seconds"] for r in report["steps"]),
                roofline=worst.get("roofline"), chip=report["chip"])
     rows.append(row)
+    if not row["fits"] and batch is not None:
+      too_big[strategy] = min(too_big.get(strategy, batch), batch)
     print(f"# {run_name(overrides)}: fits={row['fits']} "
           + (f"{row['hbm']['total'] / 2 ** 30:.2f} GiB" if row["hbm"] else row["error"]),
           file=sys.stderr, flush=True)
@@ -137,8 +163,7 @@ def aot_rows(config_path: str, topology: str, extra: list[str]) -> list[dict]:
 
 def aot_table(rows: list[dict], topology: str) -> str:
   """Markdown: one line per point, then the largest fitting batch per strategy."""
-  def cell(v):
-    return "x".join(str(x) for x in v) if isinstance(v, (tuple, list)) else str(v)
+  cell = _cell
   keys = list(rows[0]["overrides"]) if rows else []
   out = [f"AOT sweep on {topology}: train step per chip (HBM total incl. program; roofline "
          "= lower bound of the step time from peak FLOP/s and HBM bandwidth).", "",
@@ -152,8 +177,8 @@ def aot_table(rows: list[dict], topology: str) -> str:
     comp = f"{r['compile_seconds']:.0f}" if "compile_seconds" in r else ""
     out.append("| " + " | ".join(cell(r["overrides"][k]) for k in keys)
                + f" | {'yes' if r['fits'] else 'no'} | {hbm} | {roof} | {comp} |")
-    strategy = tuple(cell(v) for k, v in r["overrides"].items() if not k.endswith("batch_size"))
-    batch = r["overrides"].get("config.train.batch_size")
+    strategy = _strategy(r["overrides"])
+    batch = r["overrides"].get(BATCH_KEY)
     if r["fits"] and batch is not None:
       best[strategy] = max(best.get(strategy, 0), batch)
     else:

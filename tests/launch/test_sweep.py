@@ -80,3 +80,37 @@ def test_sweep_sets_nested_locked_config_keys():
   assert config.model.remat_policy == "full" and config.mesh_shape == (1, -1, 1)
   assert [dict(p)["max_seq_length"] for p in config.train.phases] == [512]
   assert len(mod.get_sweep(sw.hyper)) == 36
+
+
+def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypatch):
+  """bert_large.py's get_sweep through aot_rows with the compile replaced by a rule:
+  fits below 1024 rows unless remat is 'none' (then below 256)."""
+  sw = _sweep_module()
+  from bert_jax.aot import check as check_lib, report as report_lib
+  compiled = []
+
+  def fake_check(config, topology, steps, config_name):
+    batch, remat = config.train.batch_size, config.model.remat_policy
+    compiled.append((tuple(config.mesh_shape), remat, batch))
+    step = {"compile_seconds": 1.0, "hbm": {"total": batch * 2 ** 20},
+            "roofline": {"step_seconds": 0.01}}
+    report = {"steps": [step], "mesh": {}, "chip": {}, "fits": batch < (256 if remat == "none"
+                                                                          else 1024)}
+    if not report["fits"]:
+      err = report_lib.DoesNotFitError("x: train step does not fit")
+      err.report = report
+      raise err
+    return report
+
+  monkeypatch.setattr(check_lib, "check", fake_check)
+  rows = sw.aot_rows(os.path.join(ROOT, "configs", "bert_large.py:s512"), "v5e-256", [])
+  assert len(rows) == 36
+  # Per mesh: remat none compiles 256 (no), skips 1024, 4096; the others 256, 1024 (no).
+  assert len(compiled) == 4 * (1 + 2 + 2)
+  skipped = [r for r in rows if r.get("skipped")]
+  assert len(skipped) == 36 - len(compiled) and all(r["fits"] is False for r in skipped)
+  assert skipped[0]["error"] == "not compiled: batch 256 already does not fit"
+  table = sw.aot_table(rows, "v5e-256")
+  best = table.split("largest global batch")[1]
+  assert "| -1x8x1, none | none of the swept |" in best
+  assert "| -1x8x1, full | 256 |" in best
