@@ -101,7 +101,9 @@ class Model:
         bert-jax-embed and sentence-transformers do; an empty text is "[CLS] [SEP]".
       pooling: "mean" averages the real tokens, [CLS] and [SEP] included (exactly
         sentence-transformers' mean pooling); "cls" is the [CLS] vector as is (no pooler).
-      batch_size: texts per forward pass (sorted by length, so batches pad little).
+      batch_size: the size of a forward pass, in texts of 64 tokens: texts are packed
+        several to a row (each attends only to itself), so a pass holds about
+        batch_size * 64 tokens (embed.plan_passes).
       max_length: tokens per text incl. [CLS]/[SEP]; default `self.max_length`.
       normalize: scale each vector to unit L2 norm (sentence-transformers' Normalize).
     """

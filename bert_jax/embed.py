@@ -43,7 +43,11 @@ from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
 
 POOLINGS = ("mean", "cls", "none")
-LENGTH_BUCKET = 32  # pad lengths to multiples of this: few shapes, few compiles
+# Packed forward passes (run_model, plan_passes): rows of ROW_LENGTH tokens (longer
+# texts: a multiple of LENGTH_BUCKET); a pass holds about batch_size * TOKENS_PER_TEXT.
+ROW_LENGTH = 96
+LENGTH_BUCKET = 32
+TOKENS_PER_TEXT = 64
 
 
 class InputError(Exception):
@@ -98,35 +102,72 @@ def tokenize(tokenizer, texts: Sequence[str], max_length: int) -> Encoded:
 
 
 # ---------------------------------------------------------------------------- model
-@functools.partial(jax.jit, static_argnames=("config", "per_token", "layers", "combine"))
-def _forward(params, ids, mask, *, config: TransformerConfig, per_token: bool,
+@functools.partial(jax.jit, static_argnames=("config", "layers", "combine"))
+def _forward(params, ids, positions, segments, *, config: TransformerConfig,
              layers: tuple[int, ...], combine: str):
-  """ids, mask [batch, len] -> token vectors [batch, len, dim] (per_token) or
-  {"mean", "cls"}: [batch, dim] each (both pooled in one compile, the cheap part)."""
+  """Packed rows -> token vectors. ids, positions, segments [rows, len]: several texts
+  per row, each with positions from 0 and its own segment id (1, 2, ...; 0 = padding),
+  attending only within itself. Returns [rows, len, dim] float32."""
   want_hidden = layers != (-1,)
   out = BertModel(config, add_pooler=False).apply(
-      {"params": params}, ids, mask, output_hidden_states=want_hidden)
+      {"params": params}, ids, (segments > 0).astype(jnp.int32), positions=positions,
+      packed_segment_ids=segments, output_hidden_states=want_hidden)
   if want_hidden:
-    picked = [out["hidden_states"][i] for i in layers]     # each [batch, len, hidden]
+    picked = [out["hidden_states"][i] for i in layers]     # each [rows, len, hidden]
     x = (jnp.concatenate(picked, axis=-1) if combine == "concat"
          else jnp.mean(jnp.stack(picked), axis=0))
   else:
     x = out["sequence_output"]
-  x = x.astype(jnp.float32)                                # [batch, len, dim]
-  if per_token:
-    return x
-  # sentence-transformers' mean: sum(x * mask) / clamp(sum(mask), 1e-9)
-  m = mask[..., None].astype(jnp.float32)
-  return {"mean": (x * m).sum(axis=1) / jnp.maximum(m.sum(axis=1), 1e-9), "cls": x[:, 0]}
+  return x.astype(jnp.float32)                             # [rows, len, dim]
 
 
-def _bucket(n: int, max_length: int) -> int:
-  return min(-(-n // LENGTH_BUCKET) * LENGTH_BUCKET, max_length)
+def pack(lengths: Sequence[int], row_length: int) -> np.ndarray:
+  """First-fit decreasing: [texts] row index of each text, so that the lengths in a row
+  sum to at most row_length (each length must be <= row_length). Rows are numbered in
+  the order they are opened; the longest texts open the first rows."""
+  lengths = np.asarray(lengths, np.int64)
+  row_of = np.empty(len(lengths), np.int64)
+  free = np.empty(len(lengths), np.int64)   # free tokens of each open row
+  num_rows = 0
+  for i in np.argsort(-lengths, kind="stable"):
+    fits = np.flatnonzero(free[:num_rows] >= lengths[i])
+    row = fits[0] if fits.size else num_rows
+    if row == num_rows:
+      free[row], num_rows = row_length, num_rows + 1
+    free[row] -= lengths[i]
+    row_of[i] = row
+  return row_of
 
 
-def _batch_rows(n: int, batch_size: int) -> int:
-  """Rows of a compiled batch: a power of two >= n (capped), so tails add few shapes."""
-  return min(1 << (n - 1).bit_length(), batch_size)
+@dataclasses.dataclass
+class PackPlan:
+  """One shape of packed forward passes: `texts` (indices) packed into rows of
+  `row_length` tokens, `rows` rows a pass, `passes` passes."""
+  texts: np.ndarray
+  row_length: int
+  rows: int
+  passes: int
+
+
+def plan_passes(lengths: Sequence[int], batch_size: int) -> list[PackPlan]:
+  """How texts of these token lengths run: at most two shapes, so at most two compiles.
+
+  Texts up to ROW_LENGTH tokens share rows of ROW_LENGTH (attention over a row grows
+  with its length: 96 tokens ran 7% faster than 128 and 1.5x faster than 256 here for
+  sentences); longer ones get rows as long as the longest of them, rounded up to
+  LENGTH_BUCKET. A pass holds about batch_size * TOKENS_PER_TEXT tokens, and the rows
+  spread evenly over the passes, so every pass of a class has one shape.
+  """
+  lengths = np.asarray(lengths, np.int64)
+  plans = []
+  for texts in (np.flatnonzero(lengths <= ROW_LENGTH), np.flatnonzero(lengths > ROW_LENGTH)):
+    if not texts.size:
+      continue
+    row_length = max(ROW_LENGTH, -(-int(lengths[texts].max()) // LENGTH_BUCKET) * LENGTH_BUCKET)
+    rows = int(pack(lengths[texts], row_length).max()) + 1
+    passes = -(-rows // max(1, batch_size * TOKENS_PER_TEXT // row_length))
+    plans.append(PackPlan(texts, row_length, -(-rows // passes), passes))
+  return plans
 
 
 def run_model(config: TransformerConfig, params, ids: Sequence[np.ndarray], *,
@@ -135,32 +176,57 @@ def run_model(config: TransformerConfig, params, ids: Sequence[np.ndarray], *,
               progress_bar: bool = False) -> list[np.ndarray]:
   """Per line, in input order: [dim] (mean / cls) or [len_i, dim] (none), float32.
 
-  Lines are sorted by length so each batch pads little; each (rows, bucketed length)
-  shape compiles once. progress_bar: a tqdm bar of batches on stderr (bert_jax/progress.py).
+  Texts are packed into rows (`pack`, `plan_passes`): every text keeps its own positions
+  and attends only to itself, so its vectors are those of a forward pass of it alone (to
+  float rounding), while padding is a few percent of the tokens instead of up to half of
+  them with one text a row padded to a bucketed length (on 2,000 corpus sentences: 61k
+  tokens run instead of 101k). An input runs as passes of at most two shapes.
+  progress_bar: a tqdm bar of passes on stderr (bert_jax/progress.py).
   """
   from bert_jax import progress  # pylint: disable=g-import-not-at-top
+  del max_length  # the caller truncated the texts; a row may hold more tokens than that
   if pooling not in POOLINGS:
     raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
+  if not ids:
+    return []
   # Once on the device, not with every batch; the pooler is not used.
   params = jax.device_put({k: params[k] for k in ("embeddings", "encoder")})
   config = config.replace(deterministic=True)
-  order = np.argsort([-len(x) for x in ids], kind="stable")
+  lengths = np.array([len(x) for x in ids], np.int64)
+  plans = plan_passes(lengths, batch_size)
   results: list[Optional[np.ndarray]] = [None] * len(ids)
-  for start in progress.bar(range(0, len(order), batch_size), desc="embed", unit="batch",
-                            show=progress_bar):
-    chunk = order[start:start + batch_size]
-    length = _bucket(max(len(ids[i]) for i in chunk), max_length)
-    batch = np.zeros((_batch_rows(len(chunk), batch_size), length), np.int32)
-    mask = np.zeros_like(batch)
-    for row, i in enumerate(chunk):
-      batch[row, :len(ids[i])], mask[row, :len(ids[i])] = ids[i], 1
-    # Full float32 matmuls even where the platform default is TF32 / bf16 passes.
-    with jax.default_matmul_precision("float32"):
-      out = _forward(params, batch, mask, config=config, per_token=pooling == "none",
-                     layers=layers, combine=combine)
-    out = np.asarray(out if pooling == "none" else out[pooling])
-    for row, i in enumerate(chunk):
-      results[i] = out[row, :len(ids[i])] if pooling == "none" else out[row]
+  bar = progress.bar(total=sum(p.passes for p in plans), desc="embed", unit="pass",
+                     show=progress_bar)
+  for plan in plans:
+    row_of = pack(lengths[plan.texts], plan.row_length)
+    members = [[] for _ in range(plan.passes * plan.rows)]   # text indices of each row
+    for j in np.argsort(-lengths[plan.texts], kind="stable"):  # the order pack() placed them
+      members[row_of[j]].append(plan.texts[j])
+    for p in range(plan.passes):
+      rows = members[p * plan.rows:(p + 1) * plan.rows]
+      tokens = np.zeros((plan.rows, plan.row_length), np.int32)
+      positions = np.zeros_like(tokens)
+      segments = np.zeros_like(tokens)
+      spans = []                                     # (text, row, first token)
+      for r, row in enumerate(rows):
+        at = 0
+        for seg, i in enumerate(row, start=1):
+          n = lengths[i]
+          tokens[r, at:at + n], positions[r, at:at + n], segments[r, at:at + n] = (
+              ids[i], np.arange(n), seg)
+          spans.append((i, r, at))
+          at += n
+      # Full float32 matmuls even where the platform default is TF32 / bf16 passes.
+      with jax.default_matmul_precision("float32"):
+        out = np.asarray(_forward(params, tokens, positions, segments, config=config,
+                                  layers=layers, combine=combine))   # [rows, len, dim]
+      for i, r, at in spans:
+        x = out[r, at:at + lengths[i]]                                # [len_i, dim]
+        # sentence-transformers' mean: sum(x * mask) / sum(mask) over the real tokens
+        results[i] = (x.copy() if pooling == "none" else x[0].copy() if pooling == "cls"
+                      else x.mean(axis=0, dtype=np.float32))
+      bar.update(1)
+  bar.close()
   return results
 
 
@@ -199,7 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "order (dim = hidden x count), or averaged with --combine mean")
   parser.add_argument("--combine", choices=("concat", "mean"), default="concat",
                       help="how several --layers are combined (default concat)")
-  parser.add_argument("--batch_size", type=int, default=32)
+  parser.add_argument("--batch_size", type=int, default=32,
+                      help="forward pass size in texts of 64 tokens: lines are packed "
+                           "several to a row, about batch_size * 64 tokens a pass")
   parser.add_argument("--max_length", type=int, default=None,
                       help="tokens per line incl. [CLS]/[SEP]; longer lines are truncated "
                            "(default: the model's max positions, at most 512)")

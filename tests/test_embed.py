@@ -163,3 +163,45 @@ def test_subprocess_exit_code_and_no_traceback(tmp_path):
       env=dict(os.environ, JAX_PLATFORMS="cpu"))
   assert proc.returncode == 2
   assert proc.stderr.strip() == f"embed: error: input file {tmp_path}/missing.txt does not exist"
+
+
+def test_pack_first_fit_decreasing_fills_rows_within_their_length():
+  lengths = [100, 60, 50, 40, 30, 20, 128, 10, 5]
+  row_of = embed.pack(lengths, 128)
+  sums = np.bincount(row_of, weights=lengths)
+  assert sums.max() <= 128 and row_of[6] == 0     # the longest opens the first row
+  # 443 tokens need 4 rows of 128; first-fit decreasing finds a 4-row packing here.
+  assert row_of.max() + 1 == 4
+
+  def plans(lengths, batch_size):
+    return [(p.texts.tolist(), p.row_length, p.rows, p.passes)
+            for p in embed.plan_passes(lengths, batch_size)]
+  # Up to 96 tokens: rows of 96 (3 here: 60+30, 50+40, 20+10+5), batch_size * 64 tokens
+  # a pass, the rows spread evenly over the passes; longer texts (100, 128): rows as long
+  # as the longest, bucketed.
+  assert plans(lengths, batch_size=3) == [([1, 2, 3, 4, 5, 7, 8], 96, 2, 2),
+                                          ([0, 6], 128, 1, 2)]
+  assert plans(lengths, batch_size=1) == [([1, 2, 3, 4, 5, 7, 8], 96, 1, 3),
+                                          ([0, 6], 128, 1, 2)]
+  assert plans([200, 3, 3], batch_size=64) == [([1, 2], 96, 1, 1), ([0], 224, 1, 1)]
+
+def test_packed_rows_give_each_text_the_vectors_of_its_own_forward_pass():
+  from bert_jax.pretrained import load_encoder
+  config, params, tokenizer = load_encoder(TINY)
+  texts = ["the cat sat on the mat", "a dog", "bird", "the " * 30, "x", "a b c d e f"]
+  ids = embed.tokenize(tokenizer, texts, 64).ids
+  # batch_size 1: 64 tokens a pass, rows of 96 with several texts in them.
+  packed = embed.run_model(config, params, ids, pooling="none", batch_size=1)
+  rows = embed.pack([len(x) for x in ids], 96)
+  assert len(set(rows.tolist())) < len(texts)     # some texts did share a row
+  for x, got in zip(ids, packed):
+    alone = embed._forward({k: params[k] for k in ("embeddings", "encoder")}, x[None],
+                           np.arange(len(x))[None], np.ones((1, len(x)), np.int32),
+                           config=config.replace(deterministic=True), layers=(-1,),
+                           combine="concat")[0]
+    np.testing.assert_allclose(got, np.asarray(alone), atol=2e-6)
+  means = embed.run_model(config, params, ids, pooling="mean", batch_size=1)
+  cls = embed.run_model(config, params, ids, pooling="cls", batch_size=1)
+  for p, m, c in zip(packed, means, cls):
+    np.testing.assert_allclose(m, p.mean(0), atol=1e-6)
+    np.testing.assert_array_equal(c, p[0])
