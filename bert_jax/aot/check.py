@@ -50,8 +50,8 @@ def check(config: ml_collections.ConfigDict, topology: str, steps: Sequence[str]
       step = compile_lib.compile_step(setup, name, phase, int(config.train.batch_size))
       report["steps"].append(report_lib.step_report(step, task, int(config.train.batch_size),
                                                     setup.chip, n))
-      if out is not None and step.compiled is not None:
-        (out / f"{name}_phase{i}.hlo.txt").write_text(step.compiled.as_text())
+      if out is not None and step.hlo_text is not None:
+        (out / f"{name}_phase{i}.hlo.txt").write_text(step.hlo_text)
   report["seconds"] = round(time.perf_counter() - t0, 2)
   report["fits"] = all(r["fits"] for r in report["steps"])
   if out is not None:

@@ -14,7 +14,7 @@ import jax
 import ml_collections
 
 from bert_jax import parallel
-from bert_jax.aot import chips
+from bert_jax.aot import chips, hlo
 from bert_jax.train import loop, optim
 
 
@@ -25,6 +25,8 @@ class CompiledStep:
   compiled: Any                # jax.stages.Compiled (None when it did not fit)
   seconds: float               # lower + compile wall time
   error: str = ""              # the compiler's out-of-memory message, when it failed
+  hlo_text: str | None = None  # the compiled HLO (None: not compiled, or XLA cannot print it)
+  hlo_error: str = ""          # why the HLO text is missing although it compiled
 
 
 @dataclasses.dataclass
@@ -88,4 +90,6 @@ def compile_step(s: Setup, name: str, phase: dict, batch_size: int) -> CompiledS
     if not is_out_of_memory(e):
       raise
     return CompiledStep(name, phase, None, time.perf_counter() - t0, str(e))
-  return CompiledStep(name, phase, compiled, time.perf_counter() - t0)
+  seconds = time.perf_counter() - t0
+  text, why = hlo.compiled_text(compiled)
+  return CompiledStep(name, phase, compiled, seconds, hlo_text=text, hlo_error=why)

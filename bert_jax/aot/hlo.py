@@ -30,6 +30,19 @@ _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRIP = re.compile(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"(\d+)"')
 
 
+def compiled_text(compiled) -> tuple[str | None, str]:
+  """(HLO text of a compiled executable, "") or (None, why XLA could not print it).
+
+  Seen with jax 0.10.2 + libtpu 0.0.52 on v5p topologies: the executable runs the
+  compiler's memory analysis fine, but converting its HLO proto back to text fails a
+  RET_CHECK on an async-update instruction. The rest of the report does not need it.
+  """
+  try:
+    return compiled.as_text(), ""
+  except Exception as e:  # pylint: disable=broad-except  (jax.errors.JaxRuntimeError)
+    return None, str(e).strip().splitlines()[0][:300]
+
+
 def shape_bytes(type_text: str) -> int:
   """Bytes of an HLO result type: one array or a tuple of them (layouts ignored)."""
   total = 0.0

@@ -108,7 +108,10 @@ def step_report(step, task, batch_size: int, chip, num_chips: int) -> dict:
     r["error"] = no_fit_message(step.name, chip.hbm_bytes, mem, "")
   # Every argument is read and every output written at least once per step.
   r["roofline"] = roofline(flops / num_chips, mem["arguments"] + mem["outputs"], chip)
-  r["collectives"] = hlo.collectives(step.compiled.as_text())
+  if step.hlo_text is not None:
+    r["collectives"] = hlo.collectives(step.hlo_text)
+  else:
+    r["collectives"], r["collectives_error"] = None, step.hlo_error
   return r
 
 
@@ -143,6 +146,10 @@ def format_report(report: dict) -> str:
                  f"({r['model_flops_per_chip']:.3e} per chip); roofline >= "
                  f"{rf['step_seconds'] * 1e3:.2f} ms ({rf['bound']}-bound: compute "
                  f"{rf['compute_seconds'] * 1e3:.2f} ms, HBM {rf['hbm_seconds'] * 1e3:.2f} ms)")
+    if r["collectives"] is None:
+      lines.append("  collectives per step: unknown (XLA could not print the compiled HLO: "
+                   f"{r['collectives_error']})")
+      continue
     coll = ", ".join(f"{k} {v['count']} x / {v['bytes'] / 2 ** 20:.1f} MiB"
                      for k, v in r["collectives"].items() if v["count"])
     lines.append(f"  collectives per step: {coll or 'none'}")
