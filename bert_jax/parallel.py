@@ -72,9 +72,16 @@ def create_mesh(shape: Sequence[int] = (-1, 1, 1), devices=None) -> Mesh:
     # CPU devices have no topology; keep their natural order.
     return Mesh(np.asarray(devices).reshape(resolved), MESH_AXES,
                 axis_types=(AxisType.Auto,) * len(MESH_AXES))
-  # make_mesh orders devices along the physical topology (ICI rings on TPU).
-  return jax.make_mesh(resolved, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
-                       devices=devices)
+  axis_types = (AxisType.Auto,) * len(MESH_AXES)
+  try:
+    # make_mesh orders devices along the physical topology (ICI rings on TPU).
+    return jax.make_mesh(resolved, MESH_AXES, axis_types=axis_types, devices=devices)
+  except NotImplementedError:
+    # An axis that no product of whole physical axes matches (fsdp 8 on v5p-128's
+    # 4x4x4 torus): split a physical axis between two mesh axes, as MaxText allows.
+    from jax.experimental import mesh_utils  # pylint: disable=g-import-not-at-top
+    grid = mesh_utils.create_device_mesh(resolved, devices, allow_split_physical_axes=True)
+    return Mesh(grid, MESH_AXES, axis_types=axis_types)
 
 
 def logical_to_sharding(logical_tree, mesh: Mesh, rules=LOGICAL_RULES):

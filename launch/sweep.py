@@ -143,7 +143,7 @@ def aot_rows(config_path: str, topology: str, extra: list[str]) -> list[dict]:
       report = check_lib.check(config, topology, steps=("train",), config_name=config_path)
     except report_lib.DoesNotFitError as e:
       report, row["error"] = e.report, str(e).split(": ", 1)[-1]
-    except ValueError as e:  # e.g. a batch that does not divide over the mesh
+    except (ValueError, NotImplementedError) as e:  # e.g. a batch that does not divide
       row.update(fits=None, error=str(e))
       rows.append(row)
       print(f"# {run_name(overrides)}: {e}", file=sys.stderr, flush=True)

@@ -179,3 +179,13 @@ def test_a_compiled_step_whose_hlo_cannot_be_printed_still_reports_memory():
             "state": report_lib.state_bytes(setup.abstract), "steps": [r]}
   assert ("collectives per step: unknown (XLA could not print the compiled HLO: INTERNAL: "
           "RET_CHECK failure") in report_lib.format_report(report)
+
+
+def test_meshes_that_split_a_physical_axis():
+  # v5p-128 is a 4x4x4 torus: an fsdp axis of 8 spans two physical axes (jax.make_mesh
+  # refuses it; create_mesh falls back to splitting a physical axis).
+  _, devices = chips.topology_devices("v5p-128")
+  for shape, want in [((-1, 8, 1), (8, 8, 1)), ((-1, 8, 4), (2, 8, 4)), ((1, -1, 1), (1, 64, 1))]:
+    mesh = parallel.create_mesh(shape, devices=devices)
+    assert tuple(mesh.shape.values()) == want
+    assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
