@@ -9,7 +9,8 @@ global batch it compiles the train step for the topology and prints one JSON lin
 fits, per-chip HBM (arguments, temporaries, outputs, total incl. program), compile seconds.
 The largest batch that fits per system is the last line.
 
-* ours: configs/bert_large.py (bf16 compute, scan over layers, remat `dots_no_batch`,
+* ours: configs/bert_large.py (bf16 compute, scan over layers, remat `dots_no_batch`
+  (`ours_remat_full`: remat `full`, every layer's activations recomputed),
   mesh (-1, 4, 1): weights and Adam moments sharded 4-way over fsdp, data over the rest),
   one phase at --seq with BERT's prediction count (20 at 128, 80 at 512), compiled by
   bert_jax.aot exactly as the loop jits it. `--our_mesh -1,1,1` gives plain data parallel.
@@ -40,9 +41,11 @@ from bert_jax.aot import chips  # noqa: E402
 from bert_jax.aot import report as report_lib  # noqa: E402
 
 PREDICTIONS = {128: 20, 512: 80}
+# Our systems: the config's remat policy (dots_no_batch), or every layer recomputed.
+OUR_REMAT = {"ours": "", "ours_remat_full": "full"}
 
 
-def _load_config(seq: int, batch: int, mesh):
+def _load_config(seq: int, batch: int, mesh, remat: str = ""):
   import importlib.util  # pylint: disable=g-import-not-at-top
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   spec = importlib.util.spec_from_file_location("bl", os.path.join(root, "configs", "bert_large.py"))
@@ -54,13 +57,15 @@ def _load_config(seq: int, batch: int, mesh):
   c.train.batch_size = batch
   if mesh:
     c.mesh_shape = tuple(mesh)
+  if remat:
+    c.model.remat_policy = remat
   return c
 
 
-def ours(topology: str, seq: int, batch: int, mesh) -> dict:
+def ours(topology: str, seq: int, batch: int, mesh, remat: str = "") -> dict:
   from bert_jax.aot.check import check  # pylint: disable=g-import-not-at-top
   try:
-    r = check(_load_config(seq, batch, mesh), topology, steps=("train",))
+    r = check(_load_config(seq, batch, mesh, remat), topology, steps=("train",))
   except report_lib.DoesNotFitError as e:
     r = e.report
   step = r["steps"][0]
@@ -135,8 +140,8 @@ def main(argv=None) -> int:
   largest = {}
   for system in args.systems.split(","):
     for batch in [int(b) for b in args.batches.split(",")]:
-      if system == "ours":
-        r = ours(args.topology, args.seq, batch, mesh)
+      if system.startswith("ours"):
+        r = ours(args.topology, args.seq, batch, mesh, OUR_REMAT[system])
       else:
         r = theirs(args.topology, args.seq, batch, remat=system == "theirs_remat")
       total = r["hbm"]["total"] / 2 ** 30 if r["hbm"] else None

@@ -10,7 +10,7 @@ HF_HUB_OFFLINE=1), batch 64, mean pooling, max 256 tokens (the model's max_seq_l
 * ours, CLI: `python -m bert_jax.embed --checkpoint DIR --input S.txt --output V.npy
   --batch_size 64 --max_length 256`, the whole process timed (interpreter start, imports,
   load, tokenize, compile, run, save); its compiles (seconds and the number of shapes of
-  the forward pass, i.e. padded lengths x batch rows of embed.py's length bucketing) come
+  the forward pass, i.e. the row classes of embed.py's packing, at most two) come
   from its JAX_LOG_COMPILES=1 log;
 * ours, Python API: `bert_jax.load("all-MiniLM-L6-v2").encode(sentences, batch_size=64)`
   (bench/ours_embed_worker.py), the first call in a fresh process, so compiles included,
@@ -175,7 +175,7 @@ def table(n: int, runs: dict, cosines: list) -> None:
                              ("sentence-transformers: load", "st", "load_s")]:
     print(f"  {label:42} {stat(system, key)[0]:7.2f} s")
   cli, api = runs["cli"][0]["compiles"], runs["api"][0]["compiles"]
-  print(f"shapes compiled by our length bucketing (padded length x batch rows): CLI {cli}, "
+  print(f"shapes compiled by our packing (row length x rows a pass): CLI {cli}, "
         f"API {api}")
   print(f"min cosine to sentence-transformers over all repetitions: CLI "
         f"{min(c['cli'] for c in cosines):.7f}, API {min(c['api'] for c in cosines):.7f}")
