@@ -189,3 +189,27 @@ def test_meshes_that_split_a_physical_axis():
     mesh = parallel.create_mesh(shape, devices=devices)
     assert tuple(mesh.shape.values()) == want
     assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
+
+
+def test_word2vec_step_compiles_with_its_own_accounting(tmp_path):
+  spec = importlib.util.spec_from_file_location("w2v", os.path.join(ROOT, "configs",
+                                                                     "word2vec.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  c = module.get_config()
+  c.mesh_shape = (2, 1, 2)   # pairs over data, table rows over tensor
+  report = check(c, "v5e:2x2", output_dir=str(tmp_path), config_name="word2vec",
+                 vocab_size=100_001)
+  (r,) = report["steps"]
+  assert r["fits"] and (tmp_path / "train_phase0.hlo.txt").exists()
+  # Two [100_002, 100] float32 tables (rows padded to the tensor axis), rows split 2-way.
+  assert report["state"]["params_total"] == 2 * 100_002 * 100 * 4
+  assert report["state"]["params_per_chip"] == report["state"]["params_total"] // 2
+  assert report["state"]["opt_state_per_chip"] == 0
+  pairs = c.train.chunks_per_step * c.train.chunk_size
+  k1 = c.train.negatives + 1
+  assert r["model_flops_per_step"] == pairs * 100 * (5 * k1 + k1 + 1)
+  assert r["roofline"]["bound"] == "memory"   # sparse row updates: bytes, not FLOPs
+  # Rows over tensor: each gather is completed by a psum over it (word2vec/step.py).
+  assert r["collectives"]["all-reduce"]["count"] > 0
+  assert "chunk loop" in report_lib.format_report(report)

@@ -4,7 +4,9 @@
       --config.train.batch_size=1024 --output_dir /tmp/aot_bert_large
 
 Prints the per-chip report (bert_jax/aot/report.py) and writes report.json plus the
-compiled HLO text to --output_dir (local or gs://). Exit code 2 with one line naming
+compiled HLO text to --output_dir (local or gs://). Every task: those of the shared loop
+(pretraining, fine-tuning, translation, GPT: train and eval steps) and word2vec (its
+sparse train step; --vocab_size sets its table rows). Exit code 2 with one line naming
 the dominant term when a step does not fit, or on a bad config or topology.
 """
 from __future__ import annotations
@@ -23,6 +25,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_conf
 flags.DEFINE_string("topology", None, "TPU topology, e.g. v5e:4x4, v5p:4x4x4, v5e-256.")
 flags.DEFINE_string("output_dir", "", "Where report.json and the HLO text go (optional).")
 flags.DEFINE_list("steps", list(check_lib.STEPS), "Steps to compile: train, eval.")
+flags.DEFINE_integer("vocab_size", 0, "word2vec only: the vocabulary (table rows) to plan "
+                     "for, as the corpus will give it (default 1,000,000).")
 flags.mark_flags_as_required(["config", "topology"])
 
 
@@ -33,7 +37,8 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
   try:
     report = check_lib.check(_CONFIG.value, FLAGS.topology, FLAGS.steps, FLAGS.output_dir,
-                             config_name=config_flags.get_config_filename(FLAGS["config"]))
+                             config_name=config_flags.get_config_filename(FLAGS["config"]),
+                             vocab_size=FLAGS.vocab_size)
   except report_lib.DoesNotFitError as e:
     print(report_lib.format_report(e.report))
     print(f"error: {e}", file=sys.stderr)

@@ -17,44 +17,32 @@ STEPS = ("train", "eval")
 
 
 def check(config: ml_collections.ConfigDict, topology: str, steps: Sequence[str] = STEPS,
-          output_dir: str = "", config_name: str = "", task=None) -> dict:
+          output_dir: str = "", config_name: str = "", task=None, vocab_size: int = 0) -> dict:
   """Compiles `steps` of every phase of `config` for `topology`; returns the JSON report.
 
   With output_dir, writes report.json and one HLO text file per compiled step there.
   Raises DoesNotFitError (after writing the report) when a step does not fit in HBM.
+  word2vec (its own trainer and step) compiles its train step; vocab_size is its table
+  rows (default aot/word2vec.DEFAULT_VOCAB_SIZE), the other tasks ignore it.
   """
-  if task is None:
-    from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
-    if config.task in registry.TRAINERS:
-      raise ValueError(f"config.task={config.task!r} trains with its own loop "
-                       f"({registry.TRAINERS[config.task][0]}), not the shared steps; "
-                       "the AOT check covers the tasks of registry.TASKS.")
-    from bert_jax.train import defaults  # pylint: disable=g-import-not-at-top
-    defaults.resolve_platform(config, "tpu")  # the target's default, not this host's
-    task = registry.get_task(config)
   bad = [s for s in steps if s not in STEPS]
   if bad:
     raise ValueError(f"unknown steps {bad}; choose among {STEPS}.")
   t0 = time.perf_counter()
-  setup = compile_lib.setup(config, topology, task)
-  n = len(setup.mesh.devices.flat)
-  report = {"config": config_name or config.task, "topology": topology, "num_chips": n,
-            "chip": dataclasses.asdict(setup.chip), "mesh": dict(setup.mesh.shape),
-            "remat_policy": task.model_config.remat_policy,
-            "state": report_lib.state_bytes(setup.abstract), "steps": []}
-  out = epath.Path(output_dir) if output_dir else None
-  if out is not None:
-    out.mkdir(parents=True, exist_ok=True)
-  for i, phase in enumerate(compile_lib.phases(config)):
-    for name in steps:
-      step = compile_lib.compile_step(setup, name, phase, int(config.train.batch_size))
-      report["steps"].append(report_lib.step_report(step, task, int(config.train.batch_size),
-                                                    setup.chip, n))
-      if out is not None and step.hlo_text is not None:
-        (out / f"{name}_phase{i}.hlo.txt").write_text(step.hlo_text)
+  if task is None and config.task == "word2vec":
+    from bert_jax.aot import word2vec  # pylint: disable=g-import-not-at-top
+    report, texts = word2vec.check(config, topology, vocab_size, config_name)
+    names = ["train_phase0"]
+  else:
+    report, texts, names = _check_task(config, topology, steps, config_name, task)
   report["seconds"] = round(time.perf_counter() - t0, 2)
   report["fits"] = all(r["fits"] for r in report["steps"])
-  if out is not None:
+  if output_dir:
+    out = epath.Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in zip(names, texts):
+      if text is not None:
+        (out / f"{name}.hlo.txt").write_text(text)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
   if not report["fits"]:
     first = next(r for r in report["steps"] if not r["fits"])
@@ -63,3 +51,29 @@ def check(config: ml_collections.ConfigDict, topology: str, steps: Sequence[str]
     err.report = report
     raise err
   return report
+
+
+def _check_task(config, topology, steps, config_name, task):
+  """(report, HLO texts, their file names) of a registry.TASKS task's shared steps."""
+  if task is None:
+    from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+    if config.task in registry.TRAINERS:
+      raise ValueError(f"config.task={config.task!r} trains with its own loop "
+                       f"({registry.TRAINERS[config.task][0]}) and has no AOT check yet.")
+    from bert_jax.train import defaults  # pylint: disable=g-import-not-at-top
+    defaults.resolve_platform(config, "tpu")  # the target's default, not this host's
+    task = registry.get_task(config)
+  setup = compile_lib.setup(config, topology, task)
+  report = {"config": config_name or config.task, "topology": topology,
+            "num_chips": len(setup.mesh.devices.flat), "chip": dataclasses.asdict(setup.chip),
+            "mesh": dict(setup.mesh.shape), "remat_policy": task.model_config.remat_policy,
+            "state": report_lib.state_bytes(setup.abstract), "steps": []}
+  texts, names = [], []
+  for i, phase in enumerate(compile_lib.phases(config)):
+    for name in steps:
+      step = compile_lib.compile_step(setup, name, phase, int(config.train.batch_size))
+      report["steps"].append(report_lib.step_report(step, task, int(config.train.batch_size),
+                                                    setup.chip, report["num_chips"]))
+      texts.append(step.hlo_text)
+      names.append(f"{name}_phase{i}")
+  return report, texts, names

@@ -22,20 +22,22 @@ class DoesNotFitError(ValueError):
   """A step needs more HBM per chip than the chip has."""
 
 
+def tree_bytes(tree, name: str) -> dict:
+  """{name_per_chip, name_total} bytes of a tree of ShapeDtypeStructs under their
+  shardings (+ num_params for name "params")."""
+  leaves = jax.tree_util.tree_leaves(tree)
+  out = {f"{name}_per_chip": int(sum(math.prod(x.sharding.shard_shape(x.shape))
+                                     * np.dtype(x.dtype).itemsize for x in leaves)),
+         f"{name}_total": int(sum(x.size * np.dtype(x.dtype).itemsize for x in leaves))}
+  if name == "params":
+    out["num_params"] = int(sum(x.size for x in leaves))
+  return out
+
+
 def state_bytes(abstract_state) -> dict:
   """Per-chip and global bytes of params and optimizer state under their shardings."""
-  def per_chip(tree):
-    return int(sum(math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
-                   for x in jax.tree_util.tree_leaves(tree)))
-
-  def total(tree):
-    return int(sum(x.size * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)))
-
-  return {"params_per_chip": per_chip(abstract_state.params),
-          "opt_state_per_chip": per_chip(abstract_state.opt_state),
-          "params_total": total(abstract_state.params),
-          "opt_state_total": total(abstract_state.opt_state),
-          "num_params": int(sum(x.size for x in jax.tree_util.tree_leaves(abstract_state.params)))}
+  return {**tree_bytes(abstract_state.params, "params"),
+          **tree_bytes(abstract_state.opt_state, "opt_state")}
 
 
 def memory(compiled) -> dict:
@@ -129,7 +131,8 @@ def format_report(report: dict) -> str:
            f"{_gib(report['state']['params_per_chip'])} per chip; optimizer state "
            f"{_gib(report['state']['opt_state_per_chip'])} per chip"]
   for r in report["steps"]:
-    head = f"{r['step']} step, seq {r['seq_len']}, global batch {r['global_batch']}: "
+    head = f"{r['step']} step, " + (r.get("what") or f"seq {r['seq_len']}, global batch "
+                                    f"{r['global_batch']}") + ": "
     if "hbm" not in r:
       lines.append(head + "DOES NOT FIT: " + r["error"])
       continue
@@ -152,5 +155,6 @@ def format_report(report: dict) -> str:
       continue
     coll = ", ".join(f"{k} {v['count']} x / {v['bytes'] / 2 ** 20:.1f} MiB"
                      for k, v in r["collectives"].items() if v["count"])
-    lines.append(f"  collectives per step: {coll or 'none'}")
+    lines.append(f"  collectives per step: {coll or 'none'}"
+                 + (f" ({r['collectives_note']})" if r.get("collectives_note") else ""))
   return "\n".join(lines)

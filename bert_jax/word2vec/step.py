@@ -43,12 +43,9 @@ def padded_vocab_size(vocab_size: int, mesh) -> int:
   return -(-vocab_size // n) * n
 
 
-def create_state(mesh, vocab_size: int, embed_dim: int, seed: int):
-  """The training state {params: {target, context}, step, epoch}, created sharded.
-
-  Returns (state, shardings). `eval_shape` -> logical specs -> jit(init, out_shardings):
-  each device materialises only its own rows and columns.
-  """
+def abstract_state(mesh, vocab_size: int, embed_dim: int, seed: int):
+  """(init fn, the state's ShapeDtypeStructs with their shardings, shardings), nothing
+  materialised: what create_state builds, and what bert_jax.aot compiles against."""
   if embed_dim % mesh.shape[COLS]:
     raise ValueError(f"embed_dim={embed_dim} must divide by the mesh's {COLS!r} axis "
                      f"({mesh.shape[COLS]}).")
@@ -61,8 +58,32 @@ def create_state(mesh, vocab_size: int, embed_dim: int, seed: int):
 
   boxed = jax.eval_shape(init, jax.random.key(seed))
   shardings = parallel.abstract_state_shardings(boxed, mesh)
+  abstract = jax.tree_util.tree_map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.unbox(boxed),
+      nn.unbox(shardings))
+  return init, abstract, shardings
+
+
+def create_state(mesh, vocab_size: int, embed_dim: int, seed: int):
+  """The training state {params: {target, context}, step, epoch}, created sharded.
+
+  Returns (state, shardings). `eval_shape` -> logical specs -> jit(init, out_shardings):
+  each device materialises only its own rows and columns.
+  """
+  init, _, shardings = abstract_state(mesh, vocab_size, embed_dim, seed)
   state = jax.jit(init, out_shardings=shardings)(jax.random.key(seed))
   return nn.unbox(state), nn.unbox(shardings)
+
+
+def abstract_batch(chunks: int, chunk_size: int, negatives: int, mesh) -> dict:
+  """ShapeDtypeStructs of one batch, sharded: for compiling the step before any batch."""
+  shardings = batch_shardings(mesh)
+  shapes = dict(centers=((chunks, chunk_size), jnp.int32),
+                contexts=((chunks, chunk_size), jnp.int32),
+                negatives=((chunks, chunk_size, negatives), jnp.int32),
+                lr=((chunks,), jnp.float32), num_pairs=((), jnp.int32))
+  return {k: jax.ShapeDtypeStruct(shape, dtype, sharding=shardings[k])
+          for k, (shape, dtype) in shapes.items()}
 
 
 def batch_shardings(mesh) -> dict:

@@ -134,17 +134,6 @@ def _config_changes(saved: dict, now: dict, prefix: str = "") -> list[str]:
   return out
 
 
-def _abstract_batch(batches: w2v_data.SkipGramBatches, shardings: dict) -> dict:
-  """ShapeDtypeStructs of one batch, for compiling the step before the first batch."""
-  shapes = dict(centers=(batches.chunks, batches.chunk_size),
-                contexts=(batches.chunks, batches.chunk_size),
-                negatives=(batches.chunks, batches.chunk_size, batches.negatives),
-                lr=(batches.chunks,), num_pairs=())
-  dtypes = dict(centers=np.int32, contexts=np.int32, negatives=np.int32, lr=np.float32,
-                num_pairs=np.int32)
-  return {k: jax.ShapeDtypeStruct(shapes[k], dtypes[k], sharding=shardings[k]) for k in shapes}
-
-
 def _mean_loss(losses, pairs: int, step: int) -> float:
   """Mean SGNS loss per pair of the summed step losses; raises on a non-finite value."""
   mean = float(sum(losses)) / max(pairs, 1)
@@ -261,7 +250,8 @@ def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_s
   # measures training; words_per_sec_with_compile adds it back.
   compile_start = time.time()
   step_fn = None if finished else step_lib.make_train_step(mesh, state_shardings).lower(
-      state, _abstract_batch(batches, put)).compile()
+      state, step_lib.abstract_batch(batches.chunks, batches.chunk_size, batches.negatives,
+                                     mesh)).compile()
   compile_seconds = time.time() - compile_start
 
   # ---- train: the host thread builds the next batches (across epoch ends) while the
