@@ -25,9 +25,15 @@ def get_config(arg=None):
 
 def get_sweep(hyper):
   """Parallelism x remat x global batch for `launch/sweep.py --aot TOPOLOGY` (v5p-128,
-  v5e-256): which strategies fit, and the largest batch each one fits."""
+  v5e-256): which strategies fit, and the largest batch each one fits.
+
+  Tensor parallelism splits the vocabulary rows over `tensor`, and 30522 does not divide
+  by 4: that mesh runs with the table padded to 30720 rows (a multiple of 256; the
+  tokenizer's 30522 ids are unchanged, the extra rows are never a label)."""
   return hyper.product([
-      hyper.sweep("config.mesh_shape", [(-1, 1, 1), (-1, 8, 1), (1, -1, 1), (-1, 8, 4)]),
+      hyper.zipit([
+          hyper.sweep("config.mesh_shape", [(-1, 1, 1), (-1, 8, 1), (1, -1, 1), (-1, 8, 4)]),
+          hyper.sweep("config.model.vocab_size", [30522, 30522, 30522, 30720])]),
       hyper.sweep("config.model.remat_policy", ["none", "dots_no_batch", "full"]),
       hyper.sweep("config.train.batch_size", [256, 1024, 4096]),
   ])

@@ -112,5 +112,6 @@ def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypat
   assert skipped[0]["error"] == "not compiled: batch 256 already does not fit"
   table = sw.aot_table(rows, "v5e-256")
   best = table.split("largest global batch")[1]
-  assert "| -1x8x1, none | none of the swept |" in best
-  assert "| -1x8x1, full | 256 |" in best
+  assert "| -1x8x1, 30522, none | none of the swept |" in best
+  assert "| -1x8x1, 30522, full | 256 |" in best
+  assert "| -1x8x4, 30720, full | 256 |" in best   # tensor-parallel: the padded vocabulary
