@@ -142,7 +142,8 @@ def aot_rows(config_path: str, topology: str, extra: list[str]) -> list[dict]:
     try:
       report = check_lib.check(config, topology, steps=("train",), config_name=config_path)
     except report_lib.DoesNotFitError as e:
-      report, row["error"] = e.report, str(e).split(": ", 1)[-1]
+      report = e.report
+      row["error"] = next(r["error"] for r in report["steps"] if not r["fits"])
     except (ValueError, NotImplementedError) as e:  # e.g. a batch that does not divide
       row.update(fits=None, error=str(e))
       rows.append(row)
@@ -172,7 +173,8 @@ def aot_table(rows: list[dict], topology: str) -> str:
          "|" + " --- |" * (len(keys) + 4)]
   best = {}
   for r in rows:
-    hbm = f"{r['hbm']['total'] / 2 ** 30:.2f} GiB" if r.get("hbm") else r.get("error", "")[:90]
+    hbm = (f"{r['hbm']['total'] / 2 ** 30:.2f} GiB" if r.get("hbm") else
+           r.get("error", "").replace("train step does not fit: ", "").split(" (")[0][:90])
     roof = f"{r['roofline']['step_seconds'] * 1e3:.1f}" if r.get("roofline") else ""
     comp = f"{r['compile_seconds']:.0f}" if "compile_seconds" in r else ""
     out.append("| " + " | ".join(cell(r["overrides"][k]) for k in keys)

@@ -63,7 +63,7 @@ def test_aot_table_lists_points_and_the_largest_fitting_batch_per_strategy():
           row((1, -1, 1), 4096, False)]
   table = sw.aot_table(rows, "v5e-256")
   assert "| -1x1x1 | 1024 | no | 17.00 GiB | 50.0 | 12 |" in table
-  assert "| 1x-1x1 | 4096 | no | train step does not fit" in table
+  assert "| 1x-1x1 | 4096 | no | dominant term: temporaries |" in table
   assert "| -1x1x1 | 256 |" in table.split("largest global batch")[1]
   assert "| 1x-1x1 | 1024 |" in table.split("largest global batch")[1]
 
@@ -92,11 +92,12 @@ def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypat
   def fake_check(config, topology, steps, config_name):
     batch, remat = config.train.batch_size, config.model.remat_policy
     compiled.append((tuple(config.mesh_shape), remat, batch))
-    step = {"compile_seconds": 1.0, "hbm": {"total": batch * 2 ** 20},
+    step = {"fits": True, "compile_seconds": 1.0, "hbm": {"total": batch * 2 ** 20},
             "roofline": {"step_seconds": 0.01}}
     report = {"steps": [step], "mesh": {}, "chip": {}, "fits": batch < (256 if remat == "none"
                                                                           else 1024)}
     if not report["fits"]:
+      step["fits"], step["error"] = False, "train step does not fit: needs >= 2.00 GiB"
       err = report_lib.DoesNotFitError("x: train step does not fit")
       err.report = report
       raise err
