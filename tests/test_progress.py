@@ -48,7 +48,9 @@ def test_no_bar_when_switched_off_not_process_0_or_not_a_terminal(monkeypatch):
 def test_embed_shows_a_bar_unless_noprogress(tmp_path, monkeypatch):
   stderr = _terminal(monkeypatch)
   lines = tmp_path / "in.txt"
-  lines.write_text("the cat sat\na dog\n", encoding="utf-8")
+  # Two texts of 52 tokens cannot share a 96-token row, and batch_size 1 gives one row a
+  # pass (embed.plan_passes): a bar of 2 passes.
+  lines.write_text("the " * 50 + "\n" + "a " * 50 + "\n", encoding="utf-8")
   argv = ["--checkpoint", TINY, "--input", str(lines), "--batch_size", "1"]
   assert embed.main(argv + ["--output", str(tmp_path / "a.npy")]) == 0
   assert "embed:   0%" in stderr.getvalue() and "| 0/2 [" in stderr.getvalue()
