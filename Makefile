@@ -32,11 +32,11 @@ install-test: $(TEST_STAMP)
 
 # The full suite (CI runs exactly this).
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup --durations=15 tests
+	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
 
 # Without the slow end-to-end cases.
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow" tests
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
 
 # Pretrain bert_tiny on the embedded corpus (CPU, a few minutes), then show what it
 # learned: fill-mask on a few sentences and the held-out MLM accuracy.
