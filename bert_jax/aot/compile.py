@@ -75,17 +75,13 @@ def is_out_of_memory(e: Exception) -> bool:
   return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
 
 
-def compile_step(s: Setup, name: str, phase: dict, batch_size: int) -> CompiledStep:
-  """Compiles one step; an out-of-memory compile returns the compiler's message instead."""
-  batch = abstract_batch(s.task, s.mesh, batch_size, phase)
+def compile_lowered(name: str, phase: dict, lower) -> CompiledStep:
+  """Compiles `lower()` (a jax.stages.Lowered); an out-of-memory compile returns the
+  compiler's message instead. Times lowering + compile; keeps the HLO text (or why XLA
+  could not print it)."""
   t0 = time.perf_counter()
   try:
-    with s.mesh:
-      if name == "train":
-        lowered = s.p_train.lower(s.abstract, batch)
-      else:
-        lowered = s.p_eval.lower(s.abstract.params, batch)
-      compiled = lowered.compile()
+    compiled = lower().compile()
   except Exception as e:  # pylint: disable=broad-except
     if not is_out_of_memory(e):
       raise
@@ -93,3 +89,15 @@ def compile_step(s: Setup, name: str, phase: dict, batch_size: int) -> CompiledS
   seconds = time.perf_counter() - t0
   text, why = hlo.compiled_text(compiled)
   return CompiledStep(name, phase, compiled, seconds, hlo_text=text, hlo_error=why)
+
+
+def compile_step(s: Setup, name: str, phase: dict, batch_size: int) -> CompiledStep:
+  """Compiles one step of a task's shared loop (see compile_lowered)."""
+  batch = abstract_batch(s.task, s.mesh, batch_size, phase)
+
+  def lower():
+    with s.mesh:
+      if name == "train":
+        return s.p_train.lower(s.abstract, batch)
+      return s.p_eval.lower(s.abstract.params, batch)
+  return compile_lowered(name, phase, lower)

@@ -100,6 +100,13 @@ def step_report(step, task, batch_size: int, chip, num_chips: int) -> dict:
   r = {"step": step.name, "phase": step.phase, "seq_len": shapes["seq_len"],
        "global_batch": batch_size, "compile_seconds": round(step.seconds, 2),
        "model_flops_per_step": flops, "model_flops_per_chip": flops / num_chips}
+  return add_compiled(r, step, chip, flops / num_chips)
+
+
+def add_compiled(r: dict, step, chip, flops_per_chip: float, hbm_bytes: float | None = None):
+  """r with what the compile tells: fits (or the no-fit message), HBM, the roofline and
+  the collectives. hbm_bytes: the bytes a step must move at least (default: every
+  argument read and every output written once)."""
   if step.compiled is None:
     r.update(fits=False, error=no_fit_message(step.name, chip.hbm_bytes, None, step.error))
     return r
@@ -108,8 +115,8 @@ def step_report(step, task, batch_size: int, chip, num_chips: int) -> dict:
   r["fits"] = mem["total"] <= chip.hbm_bytes
   if not r["fits"]:
     r["error"] = no_fit_message(step.name, chip.hbm_bytes, mem, "")
-  # Every argument is read and every output written at least once per step.
-  r["roofline"] = roofline(flops / num_chips, mem["arguments"] + mem["outputs"], chip)
+  moved = mem["arguments"] + mem["outputs"] if hbm_bytes is None else hbm_bytes
+  r["roofline"] = roofline(flops_per_chip, moved, chip)
   if step.hlo_text is not None:
     r["collectives"] = hlo.collectives(step.hlo_text)
   else:

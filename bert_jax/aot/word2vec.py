@@ -13,13 +13,12 @@ tables (donated and updated in place, only the touched rows move).
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import jax
 import ml_collections
 
 from bert_jax import parallel
-from bert_jax.aot import chips, hlo
+from bert_jax.aot import chips
 from bert_jax.aot import compile as compile_lib
 from bert_jax.aot import report as report_lib
 from bert_jax.word2vec import step as step_lib
@@ -44,24 +43,13 @@ def check(config: ml_collections.ConfigDict, topology: str, vocab_size: int = 0,
   chip, devices = chips.topology_devices(topology)
   mesh = parallel.create_mesh(tuple(config.mesh_shape), devices=devices)
   t = config.train
-  lanes = parallel.data_parallel_size(mesh)
-  if t.chunk_size % lanes:
-    raise ValueError(f"train.chunk_size={t.chunk_size} must divide by the {lanes} data "
-                     f"shards of mesh {dict(mesh.shape)}.")
-  _, abstract, shardings = step_lib.abstract_state(mesh, vocab_size, config.model.embed_dim,
-                                                   config.seed)
+  step_lib.check_chunk_size(t.chunk_size, mesh)
+  _, abstract, _ = step_lib.abstract_state(mesh, vocab_size, config.model.embed_dim,
+                                           config.seed)
   batch = step_lib.abstract_batch(t.chunks_per_step, t.chunk_size, t.negatives, mesh)
   step_fn = step_lib.make_train_step(mesh, jax.tree_util.tree_map(
       lambda x: x.sharding, abstract))
-  t0 = time.perf_counter()
-  try:
-    compiled = step_fn.lower(abstract, batch).compile()
-    step = compile_lib.CompiledStep("train", {}, compiled, time.perf_counter() - t0)
-    step.hlo_text, step.hlo_error = hlo.compiled_text(compiled)
-  except Exception as e:  # pylint: disable=broad-except
-    if not compile_lib.is_out_of_memory(e):
-      raise
-    step = compile_lib.CompiledStep("train", {}, None, time.perf_counter() - t0, str(e))
+  step = compile_lib.compile_lowered("train", {}, lambda: step_fn.lower(abstract, batch))
   n = len(mesh.devices.flat)
   pairs = t.chunks_per_step * t.chunk_size
   d, k = config.model.embed_dim, t.negatives
@@ -70,24 +58,13 @@ def check(config: ml_collections.ConfigDict, topology: str, vocab_size: int = 0,
        f"pairs, {k} negatives, vocabulary {vocab_size}", "global_batch": pairs,
        "compile_seconds": round(step.seconds, 2), "model_flops_per_step": flops,
        "model_flops_per_chip": flops / n}
-  if step.compiled is None:
-    r.update(fits=False, error=report_lib.no_fit_message("train", chip.hbm_bytes, None,
-                                                         step.error))
-  else:
-    mem = report_lib.memory(step.compiled)
-    r.update(hbm=mem, fits=mem["total"] <= chip.hbm_bytes)
-    if not r["fits"]:
-      r["error"] = report_lib.no_fit_message("train", chip.hbm_bytes, mem, "")
-    # Every chip applies every pair's row updates to the rows it holds (word2vec/step.py).
-    r["roofline"] = report_lib.roofline(flops / n, pairs * bytes_per_pair(d, k), chip)
-    if step.hlo_text is not None:
-      r["collectives"] = hlo.collectives(step.hlo_text)
-      # The chunk loop's trip count is known only at run time (empty chunks are skipped),
-      # so hlo.collectives counts its body once.
-      r["collectives_note"] = (f"the chunk loop's are counted once: up to "
-                               f"{t.chunks_per_step} x per step")
-    else:
-      r["collectives"], r["collectives_error"] = None, step.hlo_error
+  # Every chip applies every pair's row updates to the rows it holds (word2vec/step.py).
+  report_lib.add_compiled(r, step, chip, flops / n, hbm_bytes=pairs * bytes_per_pair(d, k))
+  if r.get("collectives") is not None:
+    # The chunk loop's trip count is known only at run time (empty chunks are skipped),
+    # so hlo.collectives counts its body once.
+    r["collectives_note"] = (f"the chunk loop's are counted once: up to "
+                             f"{t.chunks_per_step} x per step")
   params = abstract["params"]
   report = {"config": config_name or config.task, "topology": topology, "num_chips": n,
             "chip": dataclasses.asdict(chip), "mesh": dict(mesh.shape), "remat_policy": None,

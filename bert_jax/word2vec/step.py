@@ -75,6 +75,14 @@ def create_state(mesh, vocab_size: int, embed_dim: int, seed: int):
   return nn.unbox(state), nn.unbox(shardings)
 
 
+def check_chunk_size(chunk_size: int, mesh) -> None:
+  """Every SGD chunk splits evenly over the data shards (batch_shardings)."""
+  lanes = parallel.data_parallel_size(mesh)
+  if chunk_size % lanes:
+    raise ValueError(f"train.chunk_size={chunk_size} must divide by the {lanes} data "
+                     f"shards of mesh {dict(mesh.shape)}.")
+
+
 def abstract_batch(chunks: int, chunk_size: int, negatives: int, mesh) -> dict:
   """ShapeDtypeStructs of one batch, sharded: for compiling the step before any batch."""
   shardings = batch_shardings(mesh)

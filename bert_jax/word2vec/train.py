@@ -192,9 +192,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   # mesh_shape without -1 takes the first prod(shape) devices ((1, 1, 1): one device).
   shape = tuple(config.mesh_shape)
   mesh = parallel.create_mesh(shape, None if -1 in shape else jax.devices()[:math.prod(shape)])
-  lanes = parallel.data_parallel_size(mesh)
-  if t.chunk_size % lanes:
-    raise ValueError(f"train.chunk_size={t.chunk_size} must divide by the {lanes} data shards.")
+  step_lib.check_chunk_size(t.chunk_size, mesh)
   batches = w2v_data.SkipGramBatches(
       corpus, vocab.counts, window=d.window, negatives=t.negatives, sample=d.sample,
       ns_exponent=t.ns_exponent, alpha=t.alpha, min_alpha=t.min_alpha, epochs=t.epochs,
