@@ -29,7 +29,7 @@ the three first-step losses agree within 10% (about ln(vocab) + ln 2 at init), w
 catches a system training a different problem (wrong labels, no masking, another loss).
 
 * ours: `PretrainingTask` from a ConfigDict, state from `create_sharded_state` on a
-  1-device mesh, `steps.train_step` jitted as train/loop.py does (shardings, donation).
+  1-device mesh, `steps.train_step` jitted by train/loop.jit_steps (shardings, donation).
   scan_layers as the pretraining configs leave it (per platform: on CPU, unrolled up to
   12 layers; `--variants scan` times the scanned stack), no remat; vocabulary logits
   only at the masked positions.
@@ -58,7 +58,6 @@ every position: `flops_per_example(seq, seq)`), i.e. how busy they keep the core
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import sys
@@ -86,9 +85,9 @@ import optax  # noqa: E402
 from bert_jax import parallel  # noqa: E402
 from bert_jax.tasks.pretraining import PretrainingTask  # noqa: E402
 from bert_jax.train import mfu  # noqa: E402
-from bert_jax.train import optim, steps  # noqa: E402
+from bert_jax.train import optim  # noqa: E402
 from bert_jax.train.defaults import base_config, train_config  # noqa: E402
-from bert_jax.train.loop import create_sharded_state  # noqa: E402
+from bert_jax.train.loop import create_sharded_state, jit_steps  # noqa: E402
 
 import bench_util  # noqa: E402  (bench/, the script's own directory)
 
@@ -183,10 +182,7 @@ def build_ours(config):
                            config.data.max_predictions_per_seq)
   with mesh:
     state, state_sh, _ = create_sharded_state(task, tx, mesh, dummy, config.seed)
-  p_train = jax.jit(functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule,
-                                      accum_steps=1),
-                    in_shardings=(state_sh, None), out_shardings=(state_sh, None),
-                    donate_argnums=(0,))
+  p_train, _ = jit_steps(task, tx, schedule, tc, state_sh, mesh)
 
   def step(carry, batch):
     with mesh:

@@ -66,7 +66,7 @@ def setup(config: ml_collections.ConfigDict, topology: str, task) -> Setup:
   dummy = task.dummy_batch(tc.batch_size, **task.phase_shapes(phases(config)[0]))
   with mesh:
     _, _, state_sh, abstract = loop.abstract_state(task, tx, mesh, dummy, config.seed)
-  p_train, p_eval = loop.jit_steps(task, tx, schedule, tc, state_sh)
+  p_train, p_eval = loop.jit_steps(task, tx, schedule, tc, state_sh, mesh)
   return Setup(chip, mesh, task, abstract, state_sh, p_train, p_eval)
 
 

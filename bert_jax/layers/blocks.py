@@ -7,6 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax import parallel
 from bert_jax.layers.attention import MultiHeadAttention
 from bert_jax.layers.config import TransformerConfig, layer_norm
 from bert_jax.layers import dense as dense_lib
@@ -33,7 +34,7 @@ class FeedForward(nn.Module):
                               dot_general=dense_lib.for_config(cfg))
     h = dense(cfg.d_mlp, kernel_init=cfg.kernel_init("embed", "mlp"),
               bias_init=cfg.zeros_init("mlp"), name="wi")(x)          # [batch, len, mlp]
-    h = nn.with_logical_constraint(h, ("batch", "length", "mlp"))
+    h = parallel.constrain(h, ("batch", "length", "mlp"))
     h = ACTIVATIONS[cfg.activation](h)
     return dense(x.shape[-1], kernel_init=cfg.kernel_init("mlp", "embed"),
                  bias_init=cfg.zeros_init("embed"), name="wo")(h)     # [batch, len, embed]
@@ -55,12 +56,12 @@ class EncoderBlock(nn.Module):
     """x [batch, len, d_model]; mask [batch, 1, len, len] bool; bias [.., heads, len, len]."""
     cfg = self.config
     return_weights = self.return_weights
-    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    x = parallel.constrain(x, ("batch", "length", "embed"))
     attn = MultiHeadAttention(cfg, name="attention")
     x = _residual(cfg, x, lambda h: attn(h, mask=mask, bias=bias, positions=positions,
                                          return_weights=return_weights), "attention_norm")
     x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
-    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    x = parallel.constrain(x, ("batch", "length", "embed"))
     return _block_output(x, self.scanned, self.collect_hidden)
 
 
@@ -79,7 +80,7 @@ class DecoderBlock(nn.Module):
     """x [batch, len, d]; encoded [batch, src_len, d]; masks as in EncoderBlock."""
     cfg = self.config
     return_weights = self.return_weights
-    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    x = parallel.constrain(x, ("batch", "length", "embed"))
     self_attn = MultiHeadAttention(cfg, causal=True, name="self_attention")
     x = _residual(cfg, x, lambda h: self_attn(h, mask=self_mask, bias=self_bias,
                                               positions=positions,
@@ -96,7 +97,7 @@ class DecoderBlock(nn.Module):
                                             return_weights=return_weights),
                     "cross_attention_norm")
     x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
-    x = nn.with_logical_constraint(x, ("batch", "length", "embed"))
+    x = parallel.constrain(x, ("batch", "length", "embed"))
     return _block_output(x, self.scanned, self.collect_hidden)
 
 

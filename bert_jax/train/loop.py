@@ -98,14 +98,17 @@ def create_sharded_state(task, tx, mesh, dummy_batch, seed: int):
   return nn.unbox(state), shardings, abstract
 
 
-def jit_steps(task, tx, schedule, tc, state_sh):
-  """(p_train, p_eval): the steps jitted with the state's shardings (train donates it)."""
+def jit_steps(task, tx, schedule, tc, state_sh, mesh):
+  """(p_train, p_eval): the steps jitted with the state's shardings (train donates it),
+  traced on `mesh` so the models' activation constraints apply (parallel.constrain)."""
   p_train = jax.jit(
-      functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule,
-                        accum_steps=int(tc.grad_accum_steps)),
+      parallel.traced_on(mesh, functools.partial(steps.train_step, task=task, tx=tx,
+                                                 schedule=schedule,
+                                                 accum_steps=int(tc.grad_accum_steps))),
       in_shardings=(state_sh, None), out_shardings=(state_sh, None), donate_argnums=(0,))
   eval_fn = steps.predict_step if task.host_scored else steps.eval_step
-  p_eval = jax.jit(functools.partial(eval_fn, task=task), in_shardings=(state_sh.params, None))
+  p_eval = jax.jit(parallel.traced_on(mesh, functools.partial(eval_fn, task=task)),
+                   in_shardings=(state_sh.params, None))
   return p_train, p_eval
 
 
@@ -254,7 +257,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)
 
   # --------------------------------------------------- (4) compile steps
-  p_train, p_eval = jit_steps(task, tx, schedule, tc, state_sh)
+  p_train, p_eval = jit_steps(task, tx, schedule, tc, state_sh, mesh)
 
   peak = mfu.resolve_peak(
       float(tc.get("peak_flops_per_device") or 0.0),

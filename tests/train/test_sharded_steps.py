@@ -1,5 +1,7 @@
 """Unit tests of the sharded train step on 8 fake CPU devices."""
+import collections
 import functools
+import re
 
 import jax
 import numpy as np
@@ -9,7 +11,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 from bert_jax import parallel
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.train import optim, steps
-from bert_jax.train.loop import create_sharded_state
+from bert_jax.train.loop import create_sharded_state, jit_steps
 from tests.train.conftest import random_batch, tiny_config
 
 
@@ -18,11 +20,10 @@ def run_steps(config, mesh_shape, batches, devices=None, accum=1):
   mesh = parallel.create_mesh(mesh_shape, devices)
   task = PretrainingTask(config)
   tx, schedule = optim.make_optimizer(config.train, config.train.num_steps)
+  config.train.grad_accum_steps = accum
   with mesh:
     state, sh, _ = create_sharded_state(task, tx, mesh, batches[0], seed=0)
-    fn = jax.jit(functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule,
-                                   accum_steps=accum),
-                 in_shardings=(sh, None), out_shardings=(sh, None), donate_argnums=(0,))
+    fn, _ = jit_steps(task, tx, schedule, config.train, sh, mesh)   # what the loop runs
     metrics = []
     for b in batches:
       gb = {k: jax.device_put(v, parallel.batch_sharding(mesh, v.ndim)) for k, v in b.items()}
@@ -124,3 +125,33 @@ def test_schedules():
   cfg.schedule = "inverse_sqrt"
   inv = optim.learning_rate_schedule(cfg, 110)
   assert float(inv(5)) == pytest.approx(0.5) and float(inv(40)) == pytest.approx(0.5)
+
+
+def test_the_loops_steps_pin_block_activations_to_the_batch_axes():
+  """parallel.constrain inside the blocks applies in the loop's jitted steps (traced on the
+  mesh): block inputs/outputs [batch, len, embed] over (data, fsdp), the FFN's hidden
+  [batch, len, mlp] also over tensor. Traced without the mesh they are no-ops, and the
+  partitioner may keep fsdp activations on `data` alone (BERT-large S128, 2048 rows on
+  v5e:4x4: 19.1 GiB per chip without them, 9.45 GiB with)."""
+  config, batch = tiny_config(), random_batch(0)
+  mesh = parallel.create_mesh((1, 4, 2))
+  task = PretrainingTask(config)
+  tx, schedule = optim.make_optimizer(config.train, 10)
+  state, sh, abstract = create_sharded_state(task, tx, mesh, batch, seed=0)
+  gb = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=parallel.batch_sharding(mesh, v.ndim))
+        for k, v in batch.items()}
+
+  def pins(fn):
+    text = fn.lower(abstract, gb).as_text()
+    return collections.Counter(re.findall(r"sdy\.sharding_constraint %\S+ <@\w+, (\[[^>]*\])>",
+                                          text))
+  p_train, _ = jit_steps(task, tx, schedule, config.train, sh, mesh)
+  got = pins(p_train)
+  layers = task.model_config.num_layers
+  # Each layer: block input and output, forward and backward (the transpose keeps the pin).
+  assert got['[{"data", "fsdp"}, {}, {}]'] == 4 * layers, got
+  assert got['[{"data", "fsdp"}, {}, {"tensor"}]'] == 2 * layers, got
+  # The step as the loop jitted it before: under `with mesh:` only, the pins were no-ops.
+  bare = jax.jit(functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule))
+  with mesh:
+    assert not pins(bare)['[{"data", "fsdp"}, {}, {}]']
