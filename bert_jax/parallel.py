@@ -96,7 +96,41 @@ def abstract_state_shardings(abstract_state, mesh: Mesh, rules=LOGICAL_RULES):
   Leaves without logical metadata (step counters, rngs, optimizer scalars) are replicated.
   """
   logical_specs = nn.get_partition_spec(abstract_state)
-  return logical_to_sharding(logical_specs, mesh, rules)
+  shardings = logical_to_sharding(logical_specs, mesh, rules)
+  check_divisible(nn.unbox(abstract_state), logical_specs, shardings)
+  return shardings
+
+
+# The config field that sets a logical axis's size, for the message of check_divisible.
+_SIZE_FIELDS = {"vocab": "config.model.vocab_size", "heads": "config.model.num_heads",
+                "mlp": "config.model.mlp_dim", "embed": "config.model.hidden_size"}
+
+
+def check_divisible(abstract, logical_specs, shardings) -> None:
+  """Raises ValueError naming the first array whose dimension does not split evenly over
+  its mesh axes (jax's own error names neither the parameter nor the config field):
+  e.g. BERT's 30522-row vocabulary over a tensor axis of 4."""
+  shapes = jax.tree_util.tree_leaves_with_path(abstract)
+  specs = jax.tree_util.tree_leaves(logical_specs, is_leaf=lambda x: isinstance(x, P))
+  shards = jax.tree_util.tree_leaves(shardings)
+  if not len(shapes) == len(specs) == len(shards):
+    return  # not a state built from boxed params: jax checks it when placing it
+  for (path, leaf), names, sharding in zip(shapes, specs, shards):
+    mesh_sizes = dict(sharding.mesh.shape)
+    for i, (dim, axes) in enumerate(zip(leaf.shape, sharding.spec)):
+      axes = (axes,) if isinstance(axes, str) else tuple(axes or ())
+      ways = math.prod(mesh_sizes[a] for a in axes)
+      if dim % ways:
+        name = names[i] if i < len(names) else None
+        field = _SIZE_FIELDS.get(name, "the model size of that axis")
+        padded = -(-dim // ways) * ways
+        raise ValueError(
+            f"{jax.tree_util.keystr(path)} of shape {tuple(leaf.shape)} (logical axes "
+            f"{tuple(names)}): dimension {i} ('{name}', {dim}) does not split over mesh "
+            f"axes {axes} ({ways} ways; config.mesh_shape={tuple(mesh_sizes.values())}). "
+            f"Make {field} a multiple of {ways} (e.g. {padded}"
+            + ("; the padding rows are never a label" if name == "vocab" else "")
+            + "), or change config.mesh_shape.")
 
 
 def constrain(x: jax.Array, logical_names: Sequence[str | None],

@@ -155,3 +155,23 @@ def test_the_loops_steps_pin_block_activations_to_the_batch_axes():
   bare = jax.jit(functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule))
   with mesh:
     assert not pins(bare)['[{"data", "fsdp"}, {}, {}]']
+
+
+def test_a_vocabulary_that_does_not_split_over_tensor_names_the_field_and_a_fix():
+  # BERT's 30522 rows over tensor 4 is the real case; 66 over 4 the same, tiny.
+  config = tiny_config()
+  config.model.vocab_size = 66
+  task = PretrainingTask(config)
+  tx, _ = optim.make_optimizer(config.train, 10)
+  with pytest.raises(ValueError, match=re.escape(
+      "['token_embedder']['embedding'] of shape (66, 32) (logical axes ('vocab', 'embed')): "
+      "dimension 0 ('vocab', 66) does not split over mesh axes ('tensor',) (4 ways; "
+      "config.mesh_shape=(2, 1, 4)). Make config.model.vocab_size a multiple of 4 (e.g. 68; "
+      "the padding rows are never a label), or change config.mesh_shape.")):
+    create_sharded_state(task, tx, parallel.create_mesh((2, 1, 4)), random_batch(0, vocab=66),
+                         seed=0)
+  config.model.vocab_size = 68   # the suggested size builds
+  state, _, _ = create_sharded_state(PretrainingTask(config), tx,
+                                     parallel.create_mesh((2, 1, 4)),
+                                     random_batch(0, vocab=66), seed=0)
+  assert state.params["bert"]["embeddings"]["token_embedder"]["embedding"].shape == (68, 32)
