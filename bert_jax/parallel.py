@@ -127,7 +127,8 @@ def check_divisible(abstract, logical_specs, shardings) -> None:
         raise ValueError(
             f"{jax.tree_util.keystr(path)} of shape {tuple(leaf.shape)} (logical axes "
             f"{tuple(names)}): dimension {i} ('{name}', {dim}) does not split over mesh "
-            f"axes {axes} ({ways} ways; config.mesh_shape={tuple(mesh_sizes.values())}). "
+            f"axes {axes} ({ways} ways; config.mesh_shape resolved to "
+            f"{tuple(mesh_sizes.values())}). "
             f"Make {field} a multiple of {ways} (e.g. {padded}"
             + ("; the padding rows are never a label" if name == "vocab" else "")
             + "), or change config.mesh_shape.")
@@ -136,7 +137,8 @@ def check_divisible(abstract, logical_specs, shardings) -> None:
 def constrain(x: jax.Array, logical_names: Sequence[str | None],
               rules=LOGICAL_RULES) -> jax.Array:
   """x pinned to the sharding its logical names map to, when traced on a mesh (`traced_on`:
-  the loop's and aot's jitted steps); outside one (eager calls, decoding) x itself.
+  the loop's and aot's jitted steps); outside one (eager calls, stand-alone decoding and
+  embedding) x itself.
 
   Why not `nn.with_logical_constraint`: it needs an `nn.logical_axis_rules` context,
   which would also constrain every boxed parameter as it is unboxed (flax's DenseGeneral

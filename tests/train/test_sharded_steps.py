@@ -166,9 +166,9 @@ def test_a_vocabulary_that_does_not_split_over_tensor_names_the_field_and_a_fix(
   with pytest.raises(ValueError, match=re.escape(
       "['token_embedder']['embedding'] of shape (66, 32) (logical axes ('vocab', 'embed')): "
       "dimension 0 ('vocab', 66) does not split over mesh axes ('tensor',) (4 ways; "
-      "config.mesh_shape=(2, 1, 4)). Make config.model.vocab_size a multiple of 4 (e.g. 68; "
-      "the padding rows are never a label), or change config.mesh_shape.")):
-    create_sharded_state(task, tx, parallel.create_mesh((2, 1, 4)), random_batch(0, vocab=66),
+      "config.mesh_shape resolved to (2, 1, 4)). Make config.model.vocab_size a multiple "
+      "of 4 (e.g. 68; the padding rows are never a label), or change config.mesh_shape.")):
+    create_sharded_state(task, tx, parallel.create_mesh((-1, 1, 4)), random_batch(0, vocab=66),
                          seed=0)
   config.model.vocab_size = 68   # the suggested size builds
   state, _, _ = create_sharded_state(PretrainingTask(config), tx,
