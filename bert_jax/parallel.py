@@ -101,6 +101,16 @@ def abstract_state_shardings(abstract_state, mesh: Mesh, rules=LOGICAL_RULES):
   return shardings
 
 
+def sharded_abstract(boxed_abstract, mesh: Mesh, rules=LOGICAL_RULES):
+  """(ShapeDtypeStructs carrying their shardings, shardings) of an `eval_shape`d state
+  with LogicallyPartitioned leaves: what a step is lowered against before anything exists."""
+  shardings = abstract_state_shardings(boxed_abstract, mesh, rules)
+  abstract = jax.tree_util.tree_map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+      nn.unbox(boxed_abstract), shardings)
+  return abstract, shardings
+
+
 # The config field that sets a logical axis's size, for the message of check_divisible.
 _SIZE_FIELDS = {"vocab": "config.model.vocab_size", "heads": "config.model.num_heads",
                 "mlp": "config.model.mlp_dim", "embed": "config.model.hidden_size"}

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import ml_collections
 
 from bert_jax import parallel
@@ -44,11 +43,10 @@ def check(config: ml_collections.ConfigDict, topology: str, vocab_size: int = 0,
   mesh = parallel.create_mesh(tuple(config.mesh_shape), devices=devices)
   t = config.train
   step_lib.check_chunk_size(t.chunk_size, mesh)
-  _, abstract, _ = step_lib.abstract_state(mesh, vocab_size, config.model.embed_dim,
-                                           config.seed)
+  _, abstract, shardings = step_lib.abstract_state(mesh, vocab_size, config.model.embed_dim,
+                                                   config.seed)
   batch = step_lib.abstract_batch(t.chunks_per_step, t.chunk_size, t.negatives, mesh)
-  step_fn = step_lib.make_train_step(mesh, jax.tree_util.tree_map(
-      lambda x: x.sharding, abstract))
+  step_fn = step_lib.make_train_step(mesh, shardings)
   step = compile_lib.compile_lowered("train", {}, lambda: step_fn.lower(abstract, batch))
   n = len(mesh.devices.flat)
   pairs = t.chunks_per_step * t.chunk_size

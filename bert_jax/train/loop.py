@@ -82,11 +82,7 @@ def abstract_state(task, tx, mesh, dummy_batch, seed: int):
     return steps.create_state(params, tx, state_key)          # opt state inherits the boxes
 
   key = jax.random.key(seed)
-  boxed_abstract = jax.eval_shape(init_fn, key)
-  shardings = parallel.abstract_state_shardings(boxed_abstract, mesh)
-  abstract = jax.tree_util.tree_map(
-      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
-      nn.unbox(boxed_abstract), shardings)
+  abstract, shardings = parallel.sharded_abstract(jax.eval_shape(init_fn, key), mesh)
   return init_fn, key, shardings, abstract
 
 

@@ -56,11 +56,8 @@ def abstract_state(mesh, vocab_size: int, embed_dim: int, seed: int):
     params = model.init(key, ids, ids[:, None])["params"]
     return dict(params=params, step=jnp.int32(0), epoch=jnp.int32(0))
 
-  boxed = jax.eval_shape(init, jax.random.key(seed))
-  shardings = parallel.abstract_state_shardings(boxed, mesh)
-  abstract = jax.tree_util.tree_map(
-      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.unbox(boxed),
-      nn.unbox(shardings))
+  abstract, shardings = parallel.sharded_abstract(jax.eval_shape(init, jax.random.key(seed)),
+                                                 mesh)
   return init, abstract, shardings
 
 
