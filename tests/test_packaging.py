@@ -56,7 +56,9 @@ def test_extras_admit_the_pins_of_their_requirements_files():
   for extra, name, version in [
       ("tf", "tensorflow-cpu", _pins("requirements-tf.txt")["tensorflow-cpu"]),
       ("tpu", "libtpu", test_pins["libtpu"]), ("gcs", "gcsfs", test_pins["gcsfs"]),
-      ("wandb", "wandb", test_pins["wandb"])]:
+      ("wandb", "wandb", test_pins["wandb"]),
+      ("beam", "apache-beam", test_pins["apache-beam"]),
+      ("dataflow", "apache-beam", test_pins["apache-beam"])]:
     assert extras[extra][name].contains(version), (extra, name, version)
   # bench/requirements-bench.txt: each package is a dependency or in the bench/tpu extras.
   core = _ranges(_project()["dependencies"])
