@@ -74,13 +74,13 @@ def check_exportable(config, model: bool = False) -> None:
   if config.task == "classification" and config.get("pooling", "cls") != "cls":
     raise ExportError(MEAN_POOLING + ".")
   if model and config.task in ("bert_pretraining", "lm"):
-    from bert_jax.interop import gpt2, hf  # pylint: disable=g-import-not-at-top
+    from bert_jax.interop import gpt2, hf_config  # pylint: disable=g-import-not-at-top
     from bert_jax.train.defaults import transformer_config  # pylint: disable=g-import-not-at-top
     try:
       if config.task == "lm":
         gpt2.gpt2_config_dict(transformer_config(config))
       else:
-        hf.hf_config_dict(transformer_config(config), [])
+        hf_config.hf_config_dict(transformer_config(config), [])
     except ValueError as e:
       raise ExportError(str(e)) from None
 
@@ -116,7 +116,7 @@ def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:
     tokenizer = gpt2.load_gpt2_tokenizer(_tokenizer_path(config, tokenizer_dir, step_dir))
     gpt2.save_gpt2(output, model_config, params, tokenizer)
     return "GPT2LMHeadModel", step_dir
-  from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
+  from bert_jax.interop import hf_save  # pylint: disable=g-import-not-at-top
   labels, regression = None, False
   if kind == "pretraining":
     from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
@@ -128,8 +128,8 @@ def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:
     tokenizer = task.tokenizer
     labels = getattr(task, "label_list", None)
     regression = bool(getattr(task, "regression", False))
-  written = hf.save_hf_bert(output, model_config, params, tokenizer, model=kind,
-                            labels=labels, regression=regression)
+  written = hf_save.save_hf_bert(output, model_config, params, tokenizer, model=kind,
+                                 labels=labels, regression=regression)
   return written["architectures"][0], step_dir
 
 

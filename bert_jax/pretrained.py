@@ -15,8 +15,9 @@ import os
 
 from bert_jax import checkpoint
 from bert_jax import paths
-from bert_jax.interop import hf
+from bert_jax.interop import hf_config
 from bert_jax.interop import hf_layout as layout
+from bert_jax.interop import hf_load
 from bert_jax.layers.stacks import scan_to_unrolled
 
 
@@ -31,10 +32,10 @@ def load_encoder(path: str, *, with_params: bool = True):
   path = _resolve(path)
   params = None
   if is_hf_dir(path):
-    config = hf.load_hf_config(path, deterministic=True)
+    config = hf_config.load_hf_config(path, deterministic=True)
     if with_params:
-      params = hf.hf_to_params(hf.read_safetensors(path), config, model="encoder",
-                               drop_missing_heads=True, source=path)
+      params = hf_load.hf_to_params(hf_load.read_safetensors(path), config, model="encoder",
+                                    drop_missing_heads=True, source=path)
     tokenizer_dir = path if has_tokenizer(path) else None
   else:
     config, params, tokenizer_dir = checkpoint.load_params_for_inference(
@@ -54,8 +55,8 @@ def load_pretraining_params(path: str, nsp: bool):
   """
   path = _resolve(path)
   if is_hf_dir(path):
-    _, params = hf.load_hf_bert(path, model="pretraining" if nsp else "encoder",
-                                allow_missing_heads=True)
+    _, params = hf_load.load_hf_bert(path, model="pretraining" if nsp else "encoder",
+                                     allow_missing_heads=True)
     return params if nsp or "bert" in params else {"bert": params}
   _, params, _ = checkpoint.load_params_for_inference(path)
   return scan_to_unrolled(params)

@@ -142,10 +142,10 @@ def test_an_hf_dir_saved_to_gcs_loads_back_as_init_from(gcs):
   import safetensors.numpy
   from bert_jax import pretrained
   from bert_jax.data.tokenizer import load_tokenizer
-  from bert_jax.interop import hf
-  cfg, params = hf.load_hf_bert(TINY)
+  from bert_jax.interop import hf_load, hf_save
+  cfg, params = hf_load.load_hf_bert(TINY)
   tok = load_tokenizer(os.path.join(TINY, "vocab.txt"))
-  hf.save_hf_bert("gs://bucket/hf", cfg, params, tokenizer_or_vocab=tok)
+  hf_save.save_hf_bert("gs://bucket/hf", cfg, params, tokenizer_or_vocab=tok)
   gcs.invalidate_cache()
   saved = safetensors.numpy.load(gcs.cat("bucket/hf/model.safetensors"))
   original = safetensors.numpy.load_file(os.path.join(TINY, "model.safetensors"))

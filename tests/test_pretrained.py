@@ -4,8 +4,8 @@ import os
 import pytest
 
 from bert_jax import checkpoint, pretrained
-from bert_jax.interop import hf
-from tests.interop.test_hf import TINY, _assert_same
+from bert_jax.interop import hf_load
+from tests.interop.hf_cases import TINY, assert_same
 
 
 def test_load_encoder_hf_dir():
@@ -19,7 +19,7 @@ def test_load_encoder_hf_dir():
 
 
 def test_load_encoder_our_checkpoint(tmp_path, monkeypatch):
-  cfg, params = hf.load_hf_bert(TINY, scan_layers=True)
+  cfg, params = hf_load.load_hf_bert(TINY, scan_layers=True)
   (tmp_path / "checkpoints").mkdir()
   calls = []
 
@@ -31,8 +31,8 @@ def test_load_encoder_our_checkpoint(tmp_path, monkeypatch):
   got_cfg, got_params, tok = pretrained.load_encoder(str(tmp_path))
   assert calls == [(str(tmp_path), True)]
   assert got_cfg == cfg.replace(scan_layers=False, deterministic=True)
-  _, unrolled = hf.load_hf_bert(TINY, model="encoder")
-  _assert_same(got_params, unrolled)
+  _, unrolled = hf_load.load_hf_bert(TINY, model="encoder")
+  assert_same(got_params, unrolled)
   assert tok.token_to_id("[MASK]") == 4
   # Config and tokenizer only: the state is not asked for.
   got_cfg, got_params, _ = pretrained.load_encoder(str(tmp_path), with_params=False)
@@ -41,10 +41,10 @@ def test_load_encoder_our_checkpoint(tmp_path, monkeypatch):
 
 
 def test_load_pretraining_params_of_an_hf_dir():
-  _, expected = hf.load_hf_bert(TINY, model="pretraining", allow_missing_heads=True)
-  _assert_same(pretrained.load_pretraining_params(TINY, nsp=True), expected)
-  _, encoder = hf.load_hf_bert(TINY, model="encoder")
-  _assert_same(pretrained.load_pretraining_params(TINY, nsp=False), {"bert": encoder})
+  _, expected = hf_load.load_hf_bert(TINY, model="pretraining", allow_missing_heads=True)
+  assert_same(pretrained.load_pretraining_params(TINY, nsp=True), expected)
+  _, encoder = hf_load.load_hf_bert(TINY, model="encoder")
+  assert_same(pretrained.load_pretraining_params(TINY, nsp=False), {"bert": encoder})
 
 
 def test_bad_paths(tmp_path):

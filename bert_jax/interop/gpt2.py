@@ -28,7 +28,8 @@ import numpy as np
 import safetensors.numpy
 
 from bert_jax import paths
-from bert_jax.interop.hf import read_config_json, read_safetensors
+from bert_jax.interop.hf_config import read_config_json
+from bert_jax.interop.hf_load import read_safetensors
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.variants import get_model_config
 

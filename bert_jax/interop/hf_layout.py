@@ -1,5 +1,16 @@
 """Where each tensor of an HF BERT checkpoint lives in our param tree, and in what layout.
 
+Name mapping (HF Linear weights are [out, in], ours are [in, out]):
+  bert.embeddings.{word,position,token_type}_embeddings  -> bert/embeddings/*_embedder
+  bert.encoder.layer.i.attention.self.{query,key,value}  -> .../attention/{q,k,v}
+      weight [heads*d, H] -> kernel [H, heads, d];  bias [heads*d] -> [heads, d]
+  bert.encoder.layer.i.attention.output.dense            -> .../attention/out
+      weight [H, heads*d] -> kernel [heads, d, H]
+  ...attention.output.LayerNorm / intermediate / output  -> attention_norm / mlp/wi / mlp/wo
+  ...output.LayerNorm                                    -> mlp_norm
+  bert.pooler.dense / cls.predictions.* / cls.seq_relationship -> pooler / mlm_head / nsp_head
+  classifier / qa_outputs (fine-tuned heads, saved only)       -> classifier / qa_outputs
+
 Also the flat-path helpers shared by loading and saving: our trees are handled as
 `{"bert/encoder/layers_0/attention/query/kernel": array}` dicts, unrolled; the scanned
 layout (`encoder/layers/...: [L, ...]`) is converted at the edges.
@@ -26,6 +37,9 @@ HEAD_MODELS = {
     "question_answering": ("BertForQuestionAnswering", False, "qa_outputs"),
 }
 MODELS = ("pretraining", "encoder", *HEAD_MODELS)
+# Top-level modules of a pretraining tree that a checkpoint may lack (BertModel,
+# BertForMaskedLM): loading may initialize them freshly, saving may leave them out.
+PRETRAINING_HEADS = ("pooler", "mlm_head", "nsp_head")
 
 
 # ------------------------------------------------------------------- name table, layouts

@@ -33,15 +33,15 @@ class Loaded:
 
 
 def _hf_bert(path: str):
-  from bert_jax.interop import hf  # pylint: disable=g-import-not-at-top
-  config = hf.load_hf_config(path, deterministic=True)
-  tensors = hf.read_safetensors(path)
+  from bert_jax.interop import hf_config, hf_load  # pylint: disable=g-import-not-at-top
+  config = hf_config.load_hf_config(path, deterministic=True)
+  tensors = hf_load.read_safetensors(path)
   try:  # keeps the MLM head when the directory has one (BertForPreTraining / ForMaskedLM)
-    params = hf.hf_to_params(dict(tensors), config, model="pretraining",
-                             drop_missing_heads=True, source=path)
+    params = hf_load.hf_to_params(dict(tensors), config, model="pretraining",
+                                  drop_missing_heads=True, source=path)
   except ValueError:  # e.g. a fine-tuned classifier: its encoder is all we draw
-    params = {"bert": hf.hf_to_params(tensors, config, model="encoder",
-                                      drop_missing_heads=True, source=path)}
+    params = {"bert": hf_load.hf_to_params(tensors, config, model="encoder",
+                                           drop_missing_heads=True, source=path)}
   return config, params
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import parallel
-from bert_jax.interop import hf
+from bert_jax.interop import hf_load
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.train import loop, optim
 from tests.train.conftest import random_batch, tiny_config
@@ -29,7 +29,7 @@ def test_init_from_hf_directory(scan):
   template = nn.unbox(jax.eval_shape(lambda: task.init(jax.random.key(0),
                                                        random_batch(0, vocab=122)))["params"])
   params = task.load_pretrained_params(HF_TINY, template)
-  _, expect = hf.load_hf_bert(HF_TINY, scan_layers=scan)
+  _, expect = hf_load.load_hf_bert(HF_TINY, scan_layers=scan)
   jax.tree_util.tree_map(np.testing.assert_array_equal, params, expect)
 
 

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.interop import hf
+from bert_jax.interop import hf_load
 from bert_jax.tasks import registry
 from bert_jax.train import loop
 from bert_jax.train.defaults import finetune_config
@@ -76,7 +76,7 @@ def test_init_from_hf_puts_the_pretrained_encoder_under_bert(csv_files, tmp_path
   params = jax.tree_util.tree_map(lambda x: x.value if hasattr(x, "value") else x, params,
                                   is_leaf=lambda x: hasattr(x, "value"))
   loaded = task.load_pretrained_params(c.init_from, params)
-  _, want = hf.load_hf_bert(TINY_BERT, model="encoder")
+  _, want = hf_load.load_hf_bert(TINY_BERT, model="encoder")
   for path, leaf in jax.tree_util.tree_flatten_with_path(want)[0]:
     got = loaded["bert"]
     for k in path:

@@ -1,0 +1,171 @@
+"""Loading Hugging Face BERT checkpoints into our param trees, with safetensors and numpy only.
+
+An HF BERT directory holds config.json + model.safetensors (+ vocab.txt / tokenizer.json).
+Accepted layouts: saved from BertForPreTraining (`bert.` prefix + `cls.` heads) or BertModel
+(no prefix, no heads), by transformers 4.x or 5.x (same tensor names), old TF-converted
+`LayerNorm.gamma/beta` names, the tied `cls.predictions.decoder.weight` present or not,
+sharded (`model.safetensors.index.json`). Torch pickles (pytorch_model.bin) are refused.
+An untied decoder weight cannot be represented (our MLM head reads the token embeddings),
+so a checkpoint whose `cls.predictions.decoder.weight` differs from them is an error.
+Where each tensor goes: hf_layout.py; config.json: hf_config.py; saving: hf_save.py.
+"""
+from __future__ import annotations
+
+import json
+
+from absl import logging
+import numpy as np
+import safetensors.numpy
+
+from bert_jax import paths
+from bert_jax.interop import hf_layout as layout
+from bert_jax.interop.hf_config import load_hf_config
+from bert_jax.layers.config import TransformerConfig
+
+_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
+_DECODER_W, _DECODER_B = "cls.predictions.decoder.weight", "cls.predictions.decoder.bias"
+_MLM_BIAS = layout.MLM_BIAS
+MODELS = ("pretraining", "encoder")
+
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+  """All tensors of an HF directory (single file or sharded) as numpy arrays.
+
+  Files are read through epath into memory (local or gs://): safetensors' load_file
+  memory-maps local paths only, and the arrays are copied out either way."""
+  directory = paths.resolve(path)
+  index = directory / "model.safetensors.index.json"
+  single = directory / "model.safetensors"
+  if single.exists():
+    return safetensors.numpy.load(single.read_bytes())
+  if index.exists():
+    shards = sorted(set(json.loads(index.read_bytes().decode("utf-8"))["weight_map"].values()))
+    tensors = {}
+    for shard in shards:
+      tensors.update(safetensors.numpy.load((directory / shard).read_bytes()))
+    return tensors
+  for name in ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack"):
+    if (directory / name).exists():
+      raise ValueError(
+          f"{path} holds {name} but no model.safetensors: only safetensors checkpoints are "
+          "supported (no torch at run time). Convert once with transformers: "
+          "`AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)`.")
+  raise FileNotFoundError(f"No model.safetensors in {path}.")
+
+
+def canonical_names(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """BertForPreTraining names: `bert.` prefix added, gamma/beta renamed, buffers dropped."""
+  out = {}
+  for name, value in tensors.items():
+    if name.startswith(("embeddings.", "encoder.", "pooler.")):
+      name = "bert." + name                       # saved from a BertModel
+    if name.endswith("LayerNorm.gamma"):           # TF-era names
+      name = name[:-len("gamma")] + "weight"
+    elif name.endswith("LayerNorm.beta"):
+      name = name[:-len("beta")] + "bias"
+    if name in _BUFFERS:
+      continue
+    if name in out:
+      raise ValueError(f"Tensor {name} appears twice in the checkpoint (under two names).")
+    out[name] = value
+  return out
+
+
+def _untie(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """Folds the tied decoder tensors into the embeddings / MLM bias, or refuses."""
+  tensors = dict(tensors)
+  decoder = tensors.pop(_DECODER_W, None)
+  embeddings = tensors.get("bert.embeddings.word_embeddings.weight")
+  if decoder is not None and embeddings is not None and not np.array_equal(decoder, embeddings):
+    raise ValueError(
+        f"{_DECODER_W} differs from bert.embeddings.word_embeddings.weight: an untied MLM "
+        "decoder cannot be loaded (our MLM head ties it to the token embeddings). Load "
+        "with model='encoder' to use the encoder alone.")
+  decoder_bias = tensors.pop(_DECODER_B, None)
+  if decoder_bias is not None:
+    bias = tensors.setdefault(_MLM_BIAS, decoder_bias)
+    if not np.array_equal(bias, decoder_bias):
+      raise ValueError(f"{_DECODER_B} differs from {_MLM_BIAS}; they are one tied tensor.")
+  return tensors
+
+
+def hf_to_params(tensors: dict[str, np.ndarray], config: TransformerConfig, *,
+                 model: str = "pretraining", allow_missing_heads: bool = False,
+                 drop_missing_heads: bool = False, seed: int = 0, source: str = "checkpoint"):
+  """HF tensors -> our param tree (numpy), for BertForPreTraining or BertModel.
+
+  Raises ValueError naming every missing, unexpected and mis-shaped tensor (for
+  model="encoder", tensors outside `bert.` are ignored, not unexpected). Missing
+  head tensors (pooler, MLM/NSP heads) are freshly initialized with
+  `allow_missing_heads`, or left out of the tree with `drop_missing_heads`.
+  """
+  if model not in MODELS:
+    raise ValueError(f"model={model!r}; expected one of {MODELS}.")
+  tensors = canonical_names(tensors)
+  if model == "encoder":  # any task head (cls., classifier., qa_outputs., ...) is not needed
+    heads = sorted({k.split(".")[0] for k in tensors if not k.startswith("bert.")})
+    if heads:
+      logging.info("%s: ignoring the non-encoder tensors under %s", source, ", ".join(heads))
+    tensors = {k: v for k, v in tensors.items() if k.startswith("bert.")}
+  else:
+    tensors = _untie(tensors)
+  table = layout.hf_name_table(config, model)   # our path -> (hf name, kind)
+  expected = layout.expected_shapes(config, model)
+  missing, shaped, flat = [], [], {}
+  for path, (hf_name, kind) in table.items():
+    want = layout.hf_shape(kind, expected[path])
+    if hf_name not in tensors:
+      missing.append((path, hf_name))
+    elif tuple(tensors[hf_name].shape) != want:
+      shaped.append(f"{hf_name}: {tuple(tensors[hf_name].shape)} (expected {want})")
+    else:
+      flat[path] = layout.to_ours(kind, tensors[hf_name], expected[path])
+  unexpected = sorted(set(tensors) - {hf for hf, _ in table.values()})
+  head_missing = [p for p, _ in missing if layout.head_of(p) in layout.PRETRAINING_HEADS]
+  fatal = [hf for p, hf in missing if p not in head_missing or not (
+      allow_missing_heads or drop_missing_heads)]
+  if fatal or unexpected or shaped:
+    lines = [f"{source} does not match the {model} BERT of its config:"]
+    lines += [f"  missing: {', '.join(fatal)}"] if fatal else []
+    lines += [f"  unexpected: {', '.join(unexpected)}"] if unexpected else []
+    lines += [f"  mis-shaped: {s}" for s in shaped]
+    if fatal and not unexpected and not shaped and all(p in head_missing for p, _ in missing):
+      lines.append("  (only head tensors are missing: pass allow_missing_heads=True to "
+                   "initialize them freshly for fine-tuning)")
+    raise ValueError("\n".join(lines))
+  if head_missing and allow_missing_heads:
+    fresh = layout.fresh_params({p: expected[p] for p in head_missing}, config.init_std, seed)
+    heads = sorted({layout.head_of(p) for p in head_missing})
+    logging.warning("%s lacks %s: %d tensors freshly initialized (fine-tune them).",
+                    source, "/".join(heads), len(head_missing))
+    flat.update({p: fresh[p] for p in head_missing})
+  dtype = config.params_dtype
+  flat = {p: np.asarray(v, dtype=dtype) for p, v in flat.items()}
+  if config.scan_layers:
+    flat = layout.stack_layers(flat)
+  return layout.unflatten(flat)
+
+
+def load_hf_bert(path: str, *, model: str = "pretraining", scan_layers: bool = False,
+                 allow_missing_heads: bool = False, seed: int = 0, **config_overrides):
+  """Loads an HF BERT directory -> (TransformerConfig, params as nested dict of numpy).
+
+  Args:
+    path: directory with config.json and model.safetensors (or a sharded index).
+    model: "pretraining" -> the BertForPreTraining tree ({bert, mlm_head, nsp_head});
+      "encoder" -> the BertModel tree ({embeddings, encoder, pooler}); every tensor
+      outside `bert.` (MLM/NSP heads, a fine-tuned classifier, ...) is then ignored.
+    scan_layers: stack the layers (`encoder/layers/...: [L, ...]`) for a scanned model.
+    allow_missing_heads: a checkpoint without pooler / MLM / NSP tensors (e.g. a
+      BertModel checkpoint loaded for pretraining) gets them freshly initialized, with
+      a log line, instead of an error.
+    seed: numpy seed of those fresh heads (BERT init: truncated normal kernels).
+    **config_overrides: TransformerConfig fields, e.g. dtype="bfloat16",
+      param_dtype="bfloat16" (params are cast to it), deterministic=True.
+  """
+  config = load_hf_config(path, scan_layers=scan_layers, **config_overrides)
+  tensors = read_safetensors(path)
+  params = hf_to_params(tensors, config, model=model, allow_missing_heads=allow_missing_heads,
+                        seed=seed, source=path)
+  return config, params
+
