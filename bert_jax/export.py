@@ -32,7 +32,7 @@ FLAGS = flags.FLAGS
 
 
 def _define_flags() -> None:
-  """The CLI's flags, defined only when it runs: the registry imports this module for
+  """The CLI's flags, defined only when it runs: main.run imports this module for
   config.export_hf, beside main.py's and translate.py's own --workdir."""
   flags.DEFINE_string("workdir", None, "A training workdir (checkpoints/<step>/...).")
   flags.DEFINE_string("output", None, "The transformers directory to write.")
@@ -131,6 +131,31 @@ def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:
   written = hf_save.save_hf_bert(output, model_config, params, tokenizer, model=kind,
                                  labels=labels, regression=regression)
   return written["architectures"][0], step_dir
+
+
+def check_export_hf(config) -> None:
+  """config.export_hf's check before training: a run that could not be exported fails
+  at once (ValueError naming the flag), before anything runs or is written."""
+  try:
+    check_exportable(config, model=True)
+  except ExportError as e:
+    raise ValueError(f"config.export_hf=True: {e}") from None
+
+
+def export_hf(workdir: str) -> None:
+  """config.export_hf's export after a finished run: its best (else newest) checkpoint
+  to <workdir>/hf (local or gs://), by process 0 only."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from bert_jax.train.writer import log  # pylint: disable=g-import-not-at-top
+  if jax.process_index() != 0:  # one writer; the checkpoints are all saved by now
+    return
+  output = os.path.join(workdir, "hf")
+  try:
+    architecture, step_dir = export(workdir, output, "best")
+  except (ValueError, FileNotFoundError) as e:  # the checkpoints stay: export them later
+    raise ValueError(f"config.export_hf: the run finished but its export failed: {e}") from None
+  log(f"export_hf: {step_dir} -> {output} ({architecture}; transformers' from_pretrained "
+      "loads it)")
 
 
 def _tokenizer_path(config, tokenizer_dir, step_dir: str) -> str:

@@ -68,6 +68,21 @@ def _maybe_initialize_distributed():
     jax.distributed.initialize(heartbeat_timeout_seconds=FLAGS.heartbeat_timeout)
 
 
+def run(config, workdir: str):
+  """What a run of `config` does: registry.run (the task's trainer, or predict mode),
+  with config.export_hf's check before it, so a run that cannot be exported fails at
+  once, and its export after a finished (not preempted) run (bert_jax/export.py)."""
+  from bert_jax import export  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+  export_hf = config.get("export_hf") and config.get("mode", "train") == "train"
+  if export_hf:
+    export.check_export_hf(config)
+  result = registry.run(config, workdir)
+  if export_hf and not result.get("preempted"):
+    export.export_hf(workdir)
+  return result
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -81,11 +96,10 @@ def main(argv):
   from bert_jax import paths, progress  # pylint: disable=g-import-not-at-top
   progress.set_enabled(config.get("progress", True))
   from bert_jax.checkpoint import CheckpointSaveError  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   try:
     paths.check_filesystem(FLAGS.workdir, "--workdir")
     paths.check_config(config)  # init_from, data and predict paths
-    registry.run(config, FLAGS.workdir)
+    run(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError, CheckpointSaveError) as e:
     logging.error("%s", e)
     print(f"error: {e.strerror if isinstance(e, CheckpointSaveError) else e}",

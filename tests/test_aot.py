@@ -18,7 +18,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import parallel
-from bert_jax.aot import chips, hlo, report as report_lib
+from bert_jax import chips
+from bert_jax.aot import hlo, report as report_lib
 from bert_jax.aot import compile as compile_lib
 from bert_jax.aot.check import check
 from bert_jax.train import defaults

@@ -17,7 +17,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from bert_jax import export
-from bert_jax.tasks import registry
+from bert_jax import main
 from tests import export_cases
 from tests.export_cases import CASES, EXPORT, ROOT
 
@@ -132,7 +132,7 @@ def test_unexportable_runs_are_one_clear_error(tmp_path):
   # export_hf asks before training: nothing runs, nothing is written.
   config.export_hf = True
   with pytest.raises(ValueError, match="export_hf=True: a classifier on mean pooling"):
-    registry.run(config, str(tmp_path / "run"))
+    main.run(config, str(tmp_path / "run"))
   assert not os.path.exists(tmp_path / "run")
   assert not os.path.exists(tmp_path / "hf")
   # A pretraining model transformers' BertConfig cannot express: refused before training.
@@ -140,7 +140,7 @@ def test_unexportable_runs_are_one_clear_error(tmp_path):
   config.model.pre_ln = True
   config.export_hf = True
   with pytest.raises(ValueError, match="export_hf=True: This model has no HF BertConfig .*pre_ln"):
-    registry.run(config, str(tmp_path / "run"))
+    main.run(config, str(tmp_path / "run"))
   assert not os.path.exists(tmp_path / "run")
 
 
@@ -169,7 +169,7 @@ def test_pretraining_run_with_export_hf_writes_workdir_hf(tmp_path, monkeypatch)
 
   monkeypatch.setattr(loop, "train_and_evaluate", train)
   workdir = str(tmp_path / "run")
-  registry.run(config, workdir)
+  main.run(config, workdir)
   assert _json(os.path.join(workdir, "hf", "config.json"))["architectures"] == \
       ["BertForPreTraining"]
   got = load_file(os.path.join(workdir, "hf", "model.safetensors"))
@@ -177,5 +177,5 @@ def test_pretraining_run_with_export_hf_writes_workdir_hf(tmp_path, monkeypatch)
   assert all(np.array_equal(got[k], want[k]) for k in want)
   # A preempted run is not finished: no export.
   workdir2 = str(tmp_path / "run2")
-  registry.run(config, workdir2)
+  main.run(config, workdir2)
   assert not os.path.exists(os.path.join(workdir2, "hf"))

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 
 from bert_jax.aot import hlo
-from bert_jax.aot.chips import GiB
+from bert_jax.chips import GiB
 
 _TERMS = ("arguments", "temporaries", "outputs", "program")
 

@@ -1,13 +1,13 @@
 """config.task -> the task, and the one dispatcher: predict, a trainer of its own, or the loop.
 
-`main.py` parses flags and calls `run(config, workdir)`; nothing else chooses what runs.
+`main.run` calls `run(config, workdir)` (and config.export_hf's export around it);
+nothing else chooses what runs.
 A new task implements the Protocol of `tasks/base.py` in its own room (tasks/<family>/)
 and adds one line to TASKS; the shared loop then trains it.
 """
 from __future__ import annotations
 
 import importlib
-import os
 
 import ml_collections
 
@@ -48,17 +48,14 @@ def run(config: ml_collections.ConfigDict, workdir: str):
 
   config.mode "predict" (HostScored tasks): predictions for config.predict.input_file
   with the workdir's best checkpoint; a name in TRAINERS: its own trainer; else the
-  shared loop, `train_and_evaluate(config, workdir, task)`; with config.export_hf, the
-  finished run's best (else newest) checkpoint is then exported to <workdir>/hf
-  (bert_jax/export.py), checked up front so a run that cannot be exported fails at once.
+  shared loop, `train_and_evaluate(config, workdir, task)`. config.export_hf is
+  main.run's (bert_jax/export.py uses this registry, not the other way round).
   """
   mode = config.get("mode", "train")
   if mode not in MODES:
     raise ValueError(f"config.mode={mode!r}; expected one of {MODES}.")
   if mode == "predict":
     return _predict(config, workdir)
-  if config.get("export_hf"):
-    _check_export(config, workdir)
   if config.task in TRAINERS:
     return _load(*TRAINERS[config.task])(config, workdir)
   import jax  # pylint: disable=g-import-not-at-top
@@ -66,34 +63,7 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   defaults.resolve_platform(config, jax.default_backend(), workdir)
   task = get_task(config)
   from bert_jax.train.loop import train_and_evaluate  # pylint: disable=g-import-not-at-top
-  result = train_and_evaluate(config, workdir, task)
-  if config.get("export_hf") and not result.get("preempted"):
-    _export_hf(workdir)
-  return result
-
-
-def _check_export(config: ml_collections.ConfigDict, workdir: str) -> None:
-  from bert_jax import export  # pylint: disable=g-import-not-at-top
-  del workdir  # local or gs://: workdir/hf is written through epath
-  try:
-    export.check_exportable(config, model=True)
-  except export.ExportError as e:
-    raise ValueError(f"config.export_hf=True: {e}") from None
-
-
-def _export_hf(workdir: str) -> None:
-  import jax  # pylint: disable=g-import-not-at-top
-  from bert_jax import export  # pylint: disable=g-import-not-at-top
-  from bert_jax.train.writer import log  # pylint: disable=g-import-not-at-top
-  if jax.process_index() != 0:  # one writer; the checkpoints are all saved by now
-    return
-  output = os.path.join(workdir, "hf")
-  try:
-    architecture, step_dir = export.export(workdir, output, "best")
-  except (ValueError, FileNotFoundError) as e:  # the checkpoints stay: export them later
-    raise ValueError(f"config.export_hf: the run finished but its export failed: {e}") from None
-  log(f"export_hf: {step_dir} -> {output} ({architecture}; transformers' from_pretrained "
-      "loads it)")
+  return train_and_evaluate(config, workdir, task)
 
 
 def _predict(config: ml_collections.ConfigDict, workdir: str) -> str:

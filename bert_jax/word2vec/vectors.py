@@ -252,7 +252,7 @@ def export_vectors(workdir: str, words, vectors: np.ndarray, formats: str) -> li
       path = os.path.join(workdir, name)  # a gs:// workdir too: save_* go through epath
       save_word2vec_format(path, words, vectors, binary=fmt == "binary")
       paths.append(path)
-  if formats != "none":  # + the TensorBoard projector files (visualize/projector.py)
-    from bert_jax.visualize.projector import write_projector  # pylint: disable=g-import-not-at-top
+  if formats != "none":  # + the TensorBoard projector files (word2vec/projector.py)
+    from bert_jax.word2vec.projector import write_projector  # pylint: disable=g-import-not-at-top
     paths += write_projector(workdir, words, vectors)
   return paths

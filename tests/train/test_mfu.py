@@ -1,8 +1,8 @@
 """train/mfu.py: the MFU denominator (config, datasheet by device_kind, measured) and
-aot/chips.py's device_kind lookup (one table for both)."""
+chips.py's device_kind lookup (one table for both)."""
 import pytest
 
-from bert_jax.aot import chips
+from bert_jax import chips
 from bert_jax.train import mfu
 
 

@@ -1,13 +1,12 @@
-"""`visualize curves`, `visualize words` and the TensorBoard projector export."""
+"""`visualize curves` and `visualize words`."""
 import json
 
 import matplotlib.image
 import numpy as np
-import pytest
 
 from bert_jax.word2vec.vectors import save_word2vec_format
 from bert_jax.visualize import __main__ as cli
-from bert_jax.visualize import curves, projector, words
+from bert_jax.visualize import curves, words
 
 
 def _run(path, rows):
@@ -47,7 +46,7 @@ def test_pca_matches_covariance_eigenvectors():
   np.testing.assert_allclose(ratio, values[::-1][:2] / values.sum(), atol=1e-9)
 
 
-def test_words_cli_and_projector_export(tmp_path, capsys):
+def test_words_cli(tmp_path, capsys):
   vocab = ["king", "queen", "man", "woman"]
   vectors = np.random.default_rng(1).normal(size=(4, 6)).astype(np.float32)
   path = tmp_path / "vectors.bin"
@@ -58,12 +57,6 @@ def test_words_cli_and_projector_export(tmp_path, capsys):
   assert matplotlib.image.imread(png).shape == (520, 640, 4)
   assert cli.main(["words", "--vectors", str(path), "--words", "king,prince"]) == 2
   assert "not in the vocabulary" in capsys.readouterr().err
-  tsv, meta, config = projector.write_projector(str(tmp_path), vocab, vectors)
-  np.testing.assert_array_equal(np.loadtxt(tsv, delimiter="\t", dtype=np.float32), vectors)
-  assert open(meta).read().splitlines() == vocab                   # one column: no header
-  assert 'tensor_path: "vectors.tsv"' in open(config).read()
-  with pytest.raises(ValueError, match="cannot hold"):
-    projector.write_projector(str(tmp_path), ["a\tb", "c", "d", "e"], vectors)
 
 
 def test_entry_points_exit_2_without_traceback(tmp_path):
