@@ -10,7 +10,13 @@ The Python API (bert_jax/api.py), imported on first use so `import bert_jax` sta
 The CLIs are `python -m bert_jax.<cli>` or, installed, the bert-jax-* console scripts
 (pyproject.toml [project.scripts]).
 """
+from bert_jax import platforms as _platforms
+
 __all__ = ["load", "Model"]
+
+# Before jax starts a backend: no TPU attempt (and its multi-line libtpu error) on a
+# machine without accelerators; a TPU VM or a GPU machine is left as jax has it.
+_platforms.cpu_without_accelerator()
 
 
 def __getattr__(name):

@@ -18,7 +18,7 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
                        "bert_jax")
 
 LAYERS = (
-    ("paths", "progress", "parallel", "chips"),  # no model, data or task knowledge
+    ("paths", "progress", "parallel", "chips", "platforms"),  # no model, data or tasks
     ("layers",),
     ("models",),
     ("data", "checkpoint", "decoding"),
