@@ -1,14 +1,20 @@
 """BERT-tiny (2 layers, 128 wide) pretrained on the embedded corpus: the CPU demo.
 
-Run (under 15 minutes on an idle 2-core CPU, offline; data preparation included):
+arg: bert (default): BERT's original recipe (Devlin et al. 2019): post-LN, MLM + NSP
+pairs, dropout 0.1 on the hidden states, linear warmup + decay, 8,192-token vocabulary.
+Run (offline; data preparation included):
   python -m bert_jax.main --config configs/bert_tiny.py --workdir workdirs/bert_tiny_demo
 Smaller/faster: --config.train.num_steps=200. TensorBoard: tensorboard --logdir workdirs/
 """
 from bert_jax.train.defaults import base_config, data_config, model_config, train_config
 
+VARIANTS = ("bert",)
+
 
 def get_config(arg=None):
-  del arg
+  arg = arg or "bert"
+  if arg not in VARIANTS:
+    raise ValueError(f"unknown arg {arg!r}: expected one of {VARIANTS}")
   c = base_config("bert_pretraining")
   c.model = model_config("bert/tiny", vocab_size=8192, max_len=128,
                          attention_dropout_rate=0.0)
@@ -21,4 +27,5 @@ def get_config(arg=None):
   c.train = train_config(
       batch_size=32, num_steps=1200, learning_rate=1e-3, warmup_steps=120,
       log_every=50, eval_every=400, eval_steps=20, checkpoint_every=400)
+  c.train.warmup_fraction = 0.0      # > 0: warmup = this fraction of the steps (one-cycle: 0.5)
   return c
