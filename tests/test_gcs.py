@@ -75,11 +75,24 @@ def _events(data: bytes) -> int:
 
 @pytest.mark.slow
 def test_pretraining_in_a_gcs_workdir_is_killed_resumed_and_read_back(gcs, tmp_path):
+  """The prepared data live in the bucket too: prepared here (another host's cache_dir),
+  then the training run copies them to its own cache_dir and trains from them."""
+  from bert_jax.data import prepare
+  config = e2e_config("gs://bucket/prepared")
+  config.data.cache_dir = str(tmp_path / "preparing_host")
+  prepared, name = prepare.prepare_named(config.data, verbose=False)
   workdir = "gs://bucket/run"
-  flags = _flags(e2e_config(str(tmp_path / "data")), workdir)
+  flags = _flags(config, workdir) + [f"--config.data.cache_dir={tmp_path / 'training_host'}"]
   proc = procs.main(flags, signal_at="step 3/6", sig=signal.SIGTERM, timeout=600)
   out = proc.output
   assert proc.returncode == 0, out
+  assert f"[bert_jax.data] prepared gs://bucket/prepared/{name}" in out
+  copy = tmp_path / "training_host/gs/bucket/prepared"
+  assert sorted(d for d in os.listdir(copy) if not d.endswith(".lock")) == sorted(
+      [name, os.path.basename(os.path.dirname(prepared.vocab_path))])  # built nothing
+  with open(prepared.vocab_path, "rb") as f:
+    assert (copy / os.path.relpath(prepared.vocab_path, tmp_path / "preparing_host/gs/bucket/"
+                                   "prepared")).read_bytes() == f.read()
   assert "SIGTERM: saved step" in out
   assert not os.path.exists("gs:"), "a local directory named gs: was written"
   gcs.invalidate_cache()
@@ -206,10 +219,9 @@ def test_embed_reads_its_input_from_and_writes_its_vectors_to_gcs(gcs):
                                 np.stack(vectors))
 
 
-def test_prepare_uses_a_gcs_vocab_and_refuses_a_gcs_data_dir(gcs, tmp_path, monkeypatch):
+def test_prepare_uses_a_gcs_vocab(gcs, tmp_path):
   """data.vocab_path on gs:// (one vocabulary shared by every host) is read through epath,
-  recorded as is and reused; a gs:// data_dir is one clear error before anything is
-  written (no local `gs:` directory)."""
+  recorded as is and reused."""
   from bert_jax.data import prepare
   from bert_jax.data.tokenizer import load_tokenizer
   with open(os.path.join(TINY, "vocab.txt"), "rb") as f:
@@ -225,11 +237,69 @@ def test_prepare_uses_a_gcs_vocab_and_refuses_a_gcs_data_dir(gcs, tmp_path, monk
     assert prepared.tokenizer().encode("the cat sat").ids == want.encode("the cat sat").ids
   assert first.instances_dir == again.instances_dir and first.num_examples["train"] > 0
 
+
+def _files(root):
+  return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+          for d, _, names in os.walk(root) for f in names}
+
+
+def test_data_prepared_into_gcs_is_copied_checked_by_another_host(gcs, tmp_path, monkeypatch):
+  """data_dir gs://: one host builds in its cache_dir and uploads every level, marker last;
+  another host (another cache_dir) copies only what training reads (instances + vocab,
+  not the documents), byte for byte, and builds nothing. A copy damaged in transit is
+  refused by its CRC32C and leaves no marker: the next start copies it again."""
+  from bert_jax.data import mirror, prepare
   monkeypatch.chdir(tmp_path)
-  cfg.data_dir = "gs://bucket/data"
-  with pytest.raises(ValueError, match=r"^data.data_dir gs://bucket/data: prepared data are "
-                                       r"built on local disk"):
-    prepare.prepare(cfg, verbose=False)
+  cfg = e2e_config("gs://bucket/data").data
+  cfg.cache_dir = str(tmp_path / "host0")
+  built, name = prepare.prepare_named(cfg, verbose=False)
+  gcs.invalidate_cache()
+  levels = sorted(p.rsplit("/", 1)[1] for p in gcs.ls("bucket/data"))
+  assert [l.split("-")[0] for l in levels] == ["documents", "nsp", "vocab"] and name in levels
+  assert built.instances_dir.startswith(str(tmp_path / "host0" / "gs" / "bucket" / "data"))
+  for level in levels:  # every local file is in the bucket with the same bytes
+    for rel, data in _files(tmp_path / "host0/gs/bucket/data" / level).items():
+      assert gcs.cat(f"bucket/data/{level}/{rel}") == data, rel
+
+  cfg.cache_dir = str(tmp_path / "host1")
+  local = tmp_path / "host1/gs/bucket/data"
+  real_get = mirror.Mirror._download
+
+  def damaged(self, level, marker):  # the first shard arrives with one byte flipped
+    orig = self.fs.get
+    def get(rpaths, lpaths, **kw):
+      orig(rpaths, lpaths, **kw)
+      shard = next(p for p in lpaths if "array_record" in p)
+      data = bytearray(open(shard, "rb").read())
+      data[len(data) // 2] ^= 1
+      open(shard, "wb").write(bytes(data))
+    monkeypatch.setattr(self.fs, "get", get)
+    try:
+      real_get(self, level, marker)
+    finally:
+      monkeypatch.setattr(self.fs, "get", orig)
+
+  monkeypatch.setattr(mirror.Mirror, "_download", damaged)
+  with pytest.raises(prepare.CorruptDataError, match=r"the copy of gs://bucket/data/nsp-\w+/"
+                     r".*array_record.* has crc32c"):
+    prepare.open_prepared(cfg, name, verbose=False)
+  assert not (local / name / "prepared.json").exists()
+  monkeypatch.setattr(mirror.Mirror, "_download", real_get)
+
+  read = prepare.open_prepared(cfg, name, verbose=False)
+  assert sorted(os.listdir(local)) == sorted(
+      [name, name + ".lock", os.path.basename(os.path.dirname(read.vocab_path)),
+       os.path.basename(os.path.dirname(read.vocab_path)) + ".lock"])  # no documents
+  assert _files(local / name) == _files(tmp_path / "host0/gs/bucket/data" / name)
+  with open(built.vocab_path, "rb") as f, open(read.vocab_path, "rb") as g:
+    assert f.read() == g.read()
+  assert read.num_examples == built.num_examples and read.vocab_size == built.vocab_size
+  np.testing.assert_array_equal(read.unigram_counts, built.unigram_counts)
+  assert read.documents_dir.startswith("gs://bucket/data/documents-")
+  # prepare() on that host reuses the copy: nothing new under its cache, same dataset.
+  again = prepare.prepare(cfg, verbose=False)
+  assert again.instances_dir == read.instances_dir
+  assert not any(d.startswith("documents-") for d in os.listdir(local))
   assert not os.path.exists(tmp_path / "gs:")
 
 

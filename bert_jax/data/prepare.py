@@ -5,16 +5,19 @@
 Layout under data_dir: documents-<hash>/ (tfds), vocab-<hash>/vocab.txt (if trained),
 <mode>-<hash>/ (tfds instances + unigram_counts.npy + prepared.json, written last).
 Every level is built under a file lock next to its directory (`<dir>.lock`), so runs
-preparing the same data_dir at once (two hosts on a shared filesystem, two jobs on one
-machine) build it once: the others wait and reuse it. Reused datasets have their shards
-checked against the record counts tfds wrote (a truncated array_record opens as empty).
+preparing the same data_dir at once (two jobs on one machine or a shared filesystem)
+build it once: the others wait and reuse it. A data_dir on gs:// is built on local disk
+(data.cache_dir) and uploaded level by level, marker last; a run that finds a level
+complete in the bucket copies it instead (data/mirror.py): what training reads comes
+from local disk. On a pod only process 0 prepares; the others `open_prepared` the
+directory it names (data/hosts.py). Reused datasets have their shards checked against
+the record counts tfds wrote (a truncated array_record opens as empty).
 Loading is data/loader.py.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -29,28 +32,15 @@ import tensorflow_datasets as tfds
 from bert_jax import paths
 from bert_jax.data import corpora
 from bert_jax.data import instances
+from bert_jax.data import mirror
 from bert_jax.data import tokenizer as tokenizer_lib
 
 _FORMAT = "1"  # bump when the prepared layout changes: old dirs are then not reused
 
 
-class CorruptDataError(ValueError):
-  """A prepared dataset's files do not match what its build recorded."""
-
-
-@contextlib.contextmanager
-def build_lock(root: str):
-  """Holds an exclusive lock for building `root` (fcntl on `<root>.lock`, a sibling that
-  survives the rmtree of a crashed build). A second process preparing the same directory
-  blocks here, then finds the finished build and reuses it, instead of deleting it
-  half-way."""
-  os.makedirs(os.path.dirname(os.path.abspath(root)), exist_ok=True)
-  with open(root + ".lock", "a") as f:
-    fcntl.flock(f, fcntl.LOCK_EX)
-    try:
-      yield
-    finally:
-      fcntl.flock(f, fcntl.LOCK_UN)
+# Re-exported: the lock and the error belong to every level, local or mirrored.
+CorruptDataError = mirror.CorruptDataError
+build_lock = mirror.build_lock
 
 
 def check_shards(dataset_dir: str, root: str) -> None:
@@ -106,13 +96,9 @@ def _in_data_dir(data_dir: str, path: str) -> str:
 
 
 def check_data_dir(data_dir: str) -> None:
-  """ValueError (one line) for a data_dir on an object store, before anything is written.
-
-  Prepared data stay on each host's local disk: builds are serialized with fcntl locks
-  on a POSIX filesystem, and tfds writes array_record shards that grain memory-maps.
-  The inputs may be remote: data.vocab_path (local or gs://) gives every host the same
-  vocabulary, as its own training might not (tokenizers' WordPiece trainer is not
-  deterministic).
+  """ValueError (one line) for a data_dir on an object store, before anything is written:
+  GPT's LM streams (tasks/lm/data.py) are built and read on local disk only. (BERT's
+  prepared data may live on gs://: prepare() goes through data/mirror.py.)
   """
   if paths.is_remote(data_dir):
     raise ValueError(
@@ -235,21 +221,26 @@ def _prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
   return os.fspath(builder.data_path), stats, time.time() - start
 
 
-def _prepare_vocab(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> str:
+def _prepare_vocab(cfg, store: mirror.Mirror, corpus_hash: str, documents) -> str:
+  """The given vocab_path, or the vocab.txt trained on the train documents (`documents()`
+  builds or reuses them: only called when the vocabulary is built)."""
   if cfg.vocab_path:
     tokenizer_lib.load_tokenizer(cfg.vocab_path, cfg.lowercase)  # fail early: missing specials
     return os.path.expanduser(cfg.vocab_path)  # local or gs://: read through epath
-  path = os.path.join(data_dir, "vocab-" + content_hash([corpus_hash, cfg.vocab_size, cfg.lowercase]),
-                      "vocab.txt")
-  with build_lock(os.path.dirname(path)):
-    if not os.path.exists(path):  # save_vocab writes it atomically
-      from bert_jax import progress  # pylint: disable=g-import-not-at-top
-      source = tfds.builder_from_directory(documents_dir).as_data_source(split="train")
-      texts = (d["text"].decode("utf-8") for d in progress.bar(
-          source, total=len(source), desc="vocab: documents", unit="doc"))
-      tok = tokenizer_lib.train_wordpiece(texts, cfg.vocab_size, cfg.lowercase is not False)
-      tokenizer_lib.save_vocab(tok, path)
-  return path
+
+  def build(root: str) -> None:
+    path = os.path.join(root, "vocab.txt")
+    if os.path.exists(path):  # save_vocab writes it atomically
+      return
+    from bert_jax import progress  # pylint: disable=g-import-not-at-top
+    source = tfds.builder_from_directory(documents()[0]).as_data_source(split="train")
+    texts = (d["text"].decode("utf-8") for d in progress.bar(
+        source, total=len(source), desc="vocab: documents", unit="doc"))
+    tok = tokenizer_lib.train_wordpiece(texts, cfg.vocab_size, cfg.lowercase is not False)
+    tokenizer_lib.save_vocab(tok, path)
+
+  name = "vocab-" + content_hash([corpus_hash, cfg.vocab_size, cfg.lowercase])
+  return os.path.join(store.ensure(name, "vocab.txt", build), "vocab.txt")
 
 
 def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_path: str,
@@ -292,6 +283,16 @@ def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_
   os.replace(done + ".tmp", done)
 
 
+def _store(cfg) -> mirror.Mirror:
+  return mirror.Mirror(cfg.data_dir, cfg.get("cache_dir") or "~/bert_jax_cache")
+
+
+def _lowercase(cfg):
+  # A trained vocab is uncased unless lowercase=False; a given one keeps its own casing
+  # unless lowercase says otherwise.
+  return cfg.lowercase if cfg.vocab_path else cfg.lowercase is not False
+
+
 def prepare(cfg, verbose: bool = True) -> PreparedData:
   """Builds (or reuses) documents, vocab and instances for a data config; prints a summary.
 
@@ -299,45 +300,82 @@ def prepare(cfg, verbose: bool = True) -> PreparedData:
     FileNotFoundError: a corpus glob matches nothing / the vocab path does not exist.
     ValueError: an empty corpus, a vocab without the special tokens, a bad config value.
   """
+  return prepare_named(cfg, verbose)[0]
+
+
+def prepare_named(cfg, verbose: bool = True) -> tuple[PreparedData, str]:
+  """`prepare`, and the name of the instances directory under data_dir (`nsp-<hash>`):
+  what the other hosts of a pod `open_prepared` (data/hosts.py)."""
   _check_config(cfg)
-  check_data_dir(cfg.data_dir)
-  data_dir = os.path.expanduser(cfg.data_dir)
+  store = _store(cfg)
   corpus_hash = content_hash(corpus_key(cfg))
-  documents_dir, corpus_stats, t_docs = prepare_documents(
-      cfg, os.path.join(data_dir, "documents-" + corpus_hash))
+  # Documents are read only to build the vocabulary or the instances: a run that finds
+  # both (here or in the bucket) never touches them.
+  documents = functools.cache(lambda: _ensure_documents(cfg, store, corpus_hash))
   start = time.time()
-  vocab_path = _prepare_vocab(cfg, data_dir, corpus_hash, documents_dir)
+  vocab_path = _prepare_vocab(cfg, store, corpus_hash, documents)
   t_vocab = time.time() - start
-  # A trained vocab is uncased unless lowercase=False; a given one keeps its own casing
-  # unless lowercase says otherwise.
-  lowercase = cfg.lowercase if cfg.vocab_path else cfg.lowercase is not False
+  lowercase = _lowercase(cfg)
   tok = tokenizer_lib.load_tokenizer(vocab_path, lowercase)
   settings = instances.InstanceSettings(
       mode=cfg.mode, max_seq_length=cfg.max_seq_length, short_seq_prob=cfg.short_seq_prob,
       dupe_factor=cfg.dupe_factor, pack_across_documents=cfg.pack_across_documents,
       seed=cfg.seed)
-  root = os.path.join(data_dir, f"{cfg.mode}-" + content_hash(
+  name = f"{cfg.mode}-" + content_hash(
       [corpus_hash, _vocab_digest(vocab_path), lowercase, cfg.shard_documents,
-       dataclasses.asdict(settings)]))
-  done = os.path.join(root, "prepared.json")
-  with build_lock(root):
-    _prepare_instances(cfg, data_dir, root, documents_dir, vocab_path, tok, settings,
-                       corpus_stats, t_docs, t_vocab)
-  with open(done) as f:
+       dataclasses.asdict(settings)])
+
+  def build(root: str) -> None:
+    if not os.path.exists(os.path.join(root, "prepared.json")):
+      documents_dir, corpus_stats, t_docs = documents()
+      _prepare_instances(cfg, store.local, root, documents_dir, vocab_path, tok, settings,
+                         corpus_stats, t_docs, t_vocab)
+
+  store.ensure(name, "prepared.json", build)
+  return open_prepared(cfg, name, verbose), name
+
+
+def _ensure_documents(cfg, store: mirror.Mirror, corpus_hash: str) -> tuple[str, dict, float]:
+  built = []
+  root = store.ensure("documents-" + corpus_hash, "corpus_stats.json",
+                      lambda root: built.append(_prepare_documents(cfg, root)))
+  return built[0] if built else _prepare_documents(cfg, root)  # copied: read its record
+
+
+def open_prepared(cfg, name: str, verbose: bool = True) -> PreparedData:
+  """The instances directory `name` (and its vocabulary) that a prepare() of this config
+  finished, copied to local disk first when data_dir is on gs://; never builds.
+
+  Raises:
+    FileNotFoundError: `name` is not complete under data_dir (not shared with the host
+      that prepared it, or not prepared).
+    CorruptDataError: a shard does not hold the records its build recorded.
+  """
+  store = _store(cfg)
+  root = store.fetch(name, "prepared.json")
+  with open(os.path.join(root, "prepared.json")) as f:
     record = json.load(f)
-  check_shards(os.path.join(data_dir, record["instances_dir"]), root)
+  vocab_path = _in_data_dir(store.local, record["vocab_path"])
+  if not os.path.isabs(record["vocab_path"]) and not paths.is_remote(vocab_path):
+    level, file = os.path.split(record["vocab_path"])  # one we trained: vocab-<hash>/
+    vocab_path = os.path.join(store.fetch(level, file), file)
+  instances_dir = os.path.join(store.local, record["instances_dir"])
+  check_shards(instances_dir, root)
+  documents_dir = os.path.join(store.local, record["documents_dir"])
+  if store.remote and not os.path.isdir(documents_dir):  # not copied: training never reads it
+    documents_dir = f"{store.remote}/{record['documents_dir']}"
+  lowercase = _lowercase(cfg)
+  tok = tokenizer_lib.load_tokenizer(vocab_path, lowercase)
   prepared = PreparedData(
-      instances_dir=os.path.join(data_dir, record["instances_dir"]),
-      documents_dir=os.path.join(data_dir, record["documents_dir"]),
-      vocab_path=_in_data_dir(data_dir, record["vocab_path"]), lowercase=lowercase,
-      special=tokenizer_lib.SpecialIds.from_tokenizer(tok, vocab_path),
+      instances_dir=instances_dir, documents_dir=documents_dir, vocab_path=vocab_path,
+      lowercase=lowercase, special=tokenizer_lib.SpecialIds.from_tokenizer(tok, vocab_path),
       vocab_size=tok.get_vocab_size(with_added_tokens=True),
       unigram_counts=np.load(os.path.join(root, "unigram_counts.npy")),
       num_examples={s: record["stats"]["instances"].get(s, {}).get("instances", 0)
                     for s in ("train", "validation")},
       stats=record["stats"])
   if verbose:
-    print(summary(prepared, root))
+    print(summary(prepared, store.where(name)))
   return prepared
 
 

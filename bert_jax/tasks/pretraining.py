@@ -49,14 +49,21 @@ class PretrainingTask:
     return {"seq_len": cfg.max_seq_length, "num_predictions": cfg.max_predictions_per_seq}
 
   def prepare(self, workdir: str) -> None:
-    """Prepares (or reuses) the instances of every phase; process 0 first, then the rest."""
+    """Prepares (or reuses) the instances of every phase. On a pod process 0 prepares and
+    the others read what it names (never a vocabulary of their own): data/hosts.py."""
+    from bert_jax.data import hosts  # pylint: disable=g-import-not-at-top
     from bert_jax.data import prepare as prepare_lib  # pylint: disable=g-import-not-at-top
     del workdir
     self._prepared = {}
-    for phase in self.config.train.get("phases") or [{}]:
+    for i, phase in enumerate(self.config.train.get("phases") or [{}]):
       phase = dict(phase)
       cfg = self.phase_data_config(phase)
-      self._prepared[cfg.max_seq_length] = _prepare_in_order(prepare_lib.prepare, cfg)
+      # The key names the call, not the config: host-local fields (cache_dir) may differ.
+      self._prepared[cfg.max_seq_length] = hosts.prepare_once(
+          f"bert/phase{i}/seq{cfg.max_seq_length}",
+          lead=lambda cfg=cfg: prepare_lib.prepare_named(cfg),
+          follow=lambda name, cfg=cfg: prepare_lib.open_prepared(cfg, name),
+          timeout_s=cfg.get("prepare_timeout", hosts.DEFAULT_TIMEOUT_S))
     first = next(iter(self._prepared.values()))
     self.tokenizer_dir = os.path.dirname(first.vocab_path)
     if first.vocab_size > self.model_config.vocab_size:
@@ -171,13 +178,3 @@ class PretrainingTask:
     heads = num_predictions * 2 * (d * d + d * vocab) + 2 * (d * d + 2 * d)
     return 3.0 * (seq_len * c.flops_per_token(seq_len) + heads)
 
-
-def _prepare_in_order(prepare_fn, cfg):
-  """Process 0 prepares; the others wait for it and then reuse its files (shared disk)
-  or prepare their own copy (local disks): preparation is deterministic either way."""
-  if jax.process_count() == 1:
-    return prepare_fn(cfg)
-  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-  result = prepare_fn(cfg) if jax.process_index() == 0 else None
-  multihost_utils.sync_global_devices(f"bert_jax: data prepared, seq {cfg.max_seq_length}")
-  return result if result is not None else prepare_fn(cfg)

@@ -260,8 +260,11 @@ def data_config() -> ml_collections.ConfigDict:
   c.validation_fraction = 0.02  # of documents, by a hash of their text
   c.max_line_chars = 20000  # longer lines/paragraphs are truncated (and counted)
 
-  # Where prepared documents, vocab and instances live, in config-hashed subdirs.
+  # Where prepared documents, vocab and instances live, in config-hashed subdirs: a local
+  # directory, or gs://bucket/dir (prepared once, copied by every host to cache_dir).
   c.data_dir = "~/bert_jax_data"
+  c.cache_dir = "~/bert_jax_cache"  # local copy of a gs:// data_dir: what training reads
+  c.prepare_timeout = 7200  # s processes 1.. of a pod wait for process 0's preparation
 
   # Vocabulary. None: train WordPiece on the train documents, save vocab.txt in data_dir.
   # Else a vocab.txt, tokenizer.json, or HF tokenizer directory.

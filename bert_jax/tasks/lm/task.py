@@ -43,13 +43,19 @@ class LmTask:
 
   def prepare(self, workdir: str) -> None:
     from bert_jax.tasks.lm import data as data_lib  # pylint: disable=g-import-not-at-top
-    from bert_jax.tasks.pretraining import _prepare_in_order  # pylint: disable=g-import-not-at-top
+    from bert_jax.data import hosts  # pylint: disable=g-import-not-at-top
     del workdir
     for phase in self.config.train.get("phases") or [{}]:
       if self._seq_len(dict(phase)) > self.model_config.max_len:
         raise ValueError(f"max_seq_length {self._seq_len(dict(phase))} exceeds the model's "
                          f"max_len {self.model_config.max_len} (its position table).")
-    self.data = _prepare_in_order(data_lib.prepare, self.config.data)
+    # Process 0 first; the others then reuse its files on a shared disk, or build their
+    # own (local disks: the LM streams are not mirrored to gs:// like BERT's instances).
+    cfg = self.config.data
+    self.data = hosts.prepare_once(
+        "lm", lead=lambda: (data_lib.prepare(cfg), ""),
+        follow=lambda _: data_lib.prepare(cfg),
+        timeout_s=cfg.get("prepare_timeout", hosts.DEFAULT_TIMEOUT_S))
     self.tokenizer_dir = os.path.dirname(self.data.tokenizer_path)
     if self.data.vocab_size > self.model_config.vocab_size:
       raise ValueError(f"the tokenizer has {self.data.vocab_size} tokens but the model's "
