@@ -130,3 +130,23 @@ def test_a_truncated_or_deleted_shard_is_named_at_start_up(tmp_path, make_config
   os.remove(path)
   with pytest.raises(CorruptDataError, match=rf"{shard} is missing"):
     prepare(cfg, verbose=False)
+
+
+def test_open_prepared_reads_what_prepare_named_and_never_builds(tiny, data_root, tmp_path):
+  """What the other hosts of a pod do (data/hosts.py): open the directory process 0 named.
+  On a data_dir that does not hold it (local disks, not shared) it is one clear error,
+  never a build of its own."""
+  from bert_jax.data import prepare as prepare_lib
+  cfg, prepared = tiny
+  again, name = prepare_lib.prepare_named(cfg, verbose=False)
+  assert again.instances_dir == prepared.instances_dir and name.startswith("nsp-")
+  opened = prepare_lib.open_prepared(cfg, name, verbose=False)
+  assert (opened.instances_dir, opened.vocab_path, opened.num_examples) == (
+      prepared.instances_dir, prepared.vocab_path, prepared.num_examples)
+  np.testing.assert_array_equal(opened.unigram_counts, prepared.unigram_counts)
+  cfg = cfg.copy_and_resolve_references()
+  cfg.data_dir = str(tmp_path / "another_host")
+  with pytest.raises(FileNotFoundError, match=rf"another_host/{name}/prepared.json does not "
+                     r"exist: .* data.data_dir must be a gs:// url or a gcsfuse mount"):
+    prepare_lib.open_prepared(cfg, name, verbose=False)
+  assert not any(os.path.isdir(p) for p in (tmp_path / "another_host").iterdir())
