@@ -247,7 +247,8 @@ def test_data_prepared_into_gcs_is_copied_checked_by_another_host(gcs, tmp_path,
   """data_dir gs://: one host builds in its cache_dir and uploads every level, marker last;
   another host (another cache_dir) copies only what training reads (instances + vocab,
   not the documents), byte for byte, and builds nothing. A copy damaged in transit is
-  refused by its CRC32C and leaves no marker: the next start copies it again."""
+  refused by its CRC32C and leaves no marker: the next start copies it again; a disk too
+  small for the copy is one line before anything is copied."""
   from bert_jax.data import mirror, prepare
   monkeypatch.chdir(tmp_path)
   cfg = e2e_config("gs://bucket/data").data
@@ -279,6 +280,12 @@ def test_data_prepared_into_gcs_is_copied_checked_by_another_host(gcs, tmp_path,
     finally:
       monkeypatch.setattr(self.fs, "get", orig)
 
+  real_usage = mirror.shutil.disk_usage
+  monkeypatch.setattr(mirror.shutil, "disk_usage", lambda p: real_usage(p)._replace(free=1000))
+  with pytest.raises(OSError, match=rf"^copying gs://bucket/data/{name} needs 0.0 GiB on "
+                     rf"{local / name}, which has 0.0 GiB free: set data.cache_dir"):
+    prepare.open_prepared(cfg, name, verbose=False)
+  monkeypatch.setattr(mirror.shutil, "disk_usage", real_usage)
   monkeypatch.setattr(mirror.Mirror, "_download", damaged)
   with pytest.raises(prepare.CorruptDataError, match=r"the copy of gs://bucket/data/nsp-\w+/"
                      r".*array_record.* has crc32c"):

@@ -163,6 +163,13 @@ class Mirror:
     shutil.rmtree(local, ignore_errors=True)  # an earlier copy cut short
     objects = self._listing(name)
     files = sorted(rel for rel in objects if rel != marker)
+    need = sum(int(objects[rel]["size"]) for rel in files)
+    os.makedirs(local, exist_ok=True)
+    free = shutil.disk_usage(local).free
+    if need > free:  # fail before copying, not with a full disk half-way
+      raise OSError(f"copying {self.remote}/{name} needs {need / 2**30:.1f} GiB on {local}, "
+                    f"which has {free / 2**30:.1f} GiB free: set data.cache_dir to a larger "
+                    "disk, or mount the bucket (gcsfuse) and give the mount as data.data_dir.")
     for rel in files:
       os.makedirs(os.path.dirname(os.path.join(local, rel)), exist_ok=True)
     # One batched get: gcsfs fetches the files concurrently.
