@@ -50,29 +50,30 @@ def build_lock(root: str):
       fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _file_digests(path: str) -> tuple[str, str]:
-  """(crc32c, md5) of a local file, base64 as GCS reports them in object metadata."""
-  import google_crc32c  # pylint: disable=g-import-not-at-top  (a gcsfs dependency)
-  crc, md5 = google_crc32c.Checksum(), hashlib.md5()
+def _file_digest(path: str, kind: str) -> str:
+  """CRC32C or MD5 of a local file, base64 as GCS reports them in object metadata."""
+  if kind == "crc32c":
+    import google_crc32c  # pylint: disable=g-import-not-at-top  (a gcsfs dependency)
+    digest = google_crc32c.Checksum()
+  else:
+    digest = hashlib.md5()
   with open(path, "rb") as f:
     for chunk in iter(lambda: f.read(1 << 22), b""):
-      crc.update(chunk)
-      md5.update(chunk)
-  return base64.b64encode(crc.digest()).decode(), base64.b64encode(md5.digest()).decode()
+      digest.update(chunk)
+  return base64.b64encode(digest.digest()).decode()
 
 
 def _mismatch(local: str, info: dict) -> Optional[str]:
   """Why the local file is not the object `info` describes, or None. Size always; then
-  CRC32C (every GCS object has one) or MD5 (when the store gives one)."""
+  CRC32C (every GCS object has one) or else MD5 (when the store gives one)."""
   size = os.path.getsize(local)
   if size != int(info["size"]):
     return f"{size} bytes, the object has {info['size']}"
-  if info.get("crc32c") or info.get("md5Hash"):
-    crc, md5 = _file_digests(local)
-    if info.get("crc32c") and info["crc32c"] != crc:
-      return f"crc32c {crc}, the object's is {info['crc32c']}"
-    if not info.get("crc32c") and info["md5Hash"] != md5:
-      return f"md5 {md5}, the object's is {info['md5Hash']}"
+  kind = "crc32c" if info.get("crc32c") else "md5Hash" if info.get("md5Hash") else None
+  if kind:
+    mine = _file_digest(local, kind)
+    if mine != info[kind]:
+      return f"{kind} {mine}, the object's is {info[kind]}"
   return None
 
 
