@@ -39,7 +39,8 @@ def set_compilation_cache(directory: str | None) -> str:
 
   Its key is the program and the compile options, so a changed model or mesh compiles
   afresh. Only compiles over jax's threshold (1 s by default, JAX_PERSISTENT_CACHE_MIN_
-  COMPILE_TIME_SECS) are stored; a write that fails (read-only home) is only a warning.
+  COMPILE_TIME_SECS) are stored; a write that fails (read-only home) is only a warning,
+  and an entry a killed run left truncated is removed at its first failed read.
   `directory`: the --compilation_cache value. Returns the directory used ('' = off).
   """
   import os  # pylint: disable=g-import-not-at-top
@@ -49,6 +50,8 @@ def set_compilation_cache(directory: str | None) -> str:
         os.path.expanduser("~"), ".cache", "bert_jax", "xla")
   if directory:
     jax.config.update("jax_compilation_cache_dir", directory)
+    from bert_jax import compile_cache  # pylint: disable=g-import-not-at-top
+    compile_cache.remove_unreadable_entries()  # a kill mid-write: one warning, not forever
   return directory
 
 
