@@ -49,7 +49,8 @@ def prepare_once(key: str, lead: Callable[[], tuple[T, str]], follow: Callable[[
 
   Raises:
     TimeoutError: process 0 did not finish within timeout_s.
-    RuntimeError: process 0's preparation failed (its error message is included).
+    RuntimeError: process 0's preparation failed (its error message is included), or
+      process 0 died while preparing.
   """
   if jax.process_count() == 1:
     return lead()[0]
@@ -65,12 +66,17 @@ def prepare_once(key: str, lead: Callable[[], tuple[T, str]], follow: Callable[[
     return result
   try:
     value = client.blocking_key_value_get(key, int(timeout_s * 1000))
-  except Exception as e:  # pylint: disable=broad-except  (XlaRuntimeError: DEADLINE_EXCEEDED)
-    raise TimeoutError(
-        f"process {jax.process_index()}: process 0 has not finished preparing the data "
-        f"after {timeout_s:.0f} s (config.data.prepare_timeout); see process 0's log, or "
-        f"prepare beforehand with `python -m bert_jax.data.prepare` ({type(e).__name__}: "
-        f"{str(e).splitlines()[0] if str(e) else ''})") from None
+  except Exception as e:  # pylint: disable=broad-except  (JaxRuntimeError)
+    first = (str(e).splitlines() or [""])[0]
+    if "DEADLINE_EXCEEDED" in first:
+      raise TimeoutError(
+          f"process {jax.process_index()}: process 0 has not finished preparing the data "
+          f"after {timeout_s:.0f} s (config.data.prepare_timeout); see process 0's log, or "
+          "prepare beforehand with `python -m bert_jax.data.prepare`.") from None
+    raise RuntimeError(  # the coordination service lives in process 0: it is gone
+        f"process {jax.process_index()}: lost process 0 while it prepared the data (it died "
+        f"or was preempted: see its log); rerun every process ({type(e).__name__}: "
+        f"{first})") from None
   status, _, rest = value.partition(":")
   if status != "ok":
     raise RuntimeError(f"process {jax.process_index()}: process 0 failed to prepare the "

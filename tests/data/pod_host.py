@@ -3,9 +3,10 @@ BERT's data through the task (process 0 builds, the other waits and reads), and 
 one JSON line of what it got: the vocabulary's sha256, its instance files' digests and
 the instance indices of its share of one epoch.
 
-  python -m tests.data.pod_host COORDINATOR PROCESS_ID DATA_DIR CACHE_DIR [fail|slow]
+  python -m tests.data.pod_host COORDINATOR PROCESS_ID DATA_DIR CACHE_DIR [fail|die|slow]
 
-`fail`: process 0's preparation raises; `slow`: it starts 10 s late (process 1 waits 3 s).
+`fail`: process 0's preparation raises; `die`: process 0 dies in it without a word;
+`slow`: it starts 10 s late (process 1 waits 3 s).
 """
 import hashlib
 import json
@@ -32,6 +33,8 @@ def main(coordinator: str, process_id: int, data_dir: str, cache_dir: str, fault
     def broken(cfg, verbose=True):
       if fault == "fail":
         raise ValueError("the corpus is broken on process 0")
+      if fault == "die":  # killed mid-preparation: no error to pass on
+        os._exit(9)
       time.sleep(10)
       return real(cfg, verbose)
     prepare.prepare_named = broken

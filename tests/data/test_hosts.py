@@ -1,7 +1,7 @@
 """data/hosts.py: preparation on a pod without a shared filesystem. Two JAX processes on
 127.0.0.1 (tests/data/pod_host.py), data_dir on the fake GCS bucket of tests/test_gcs.py,
 a cache_dir each: process 0 prepares and uploads, process 1 waits for its marker and
-copies the same files. Then the failure modes: process 0's error, and its silence."""
+copies the same files. Then the failure modes: process 0's error, its death, its silence."""
 import json
 import os
 import subprocess
@@ -63,9 +63,11 @@ def test_two_hosts_read_one_vocabulary_and_disjoint_shards(gcs, tmp_path):  # no
 @pytest.mark.parametrize("fault, message", [
     ("fail", r"process 1: process 0 failed to prepare the data, so this process stops too: "
              r"ValueError: the corpus is broken on process 0"),
+    ("die", r"RuntimeError: process 1: lost process 0 while it prepared the data \(it died or "
+            r"was preempted: see its log\); rerun every process"),
     ("slow", r"TimeoutError: process 1: process 0 has not finished preparing the data after "
              r"3 s \(config.data.prepare_timeout\)")])
-def test_process_0_failing_or_silent_stops_the_others_with_its_reason(
+def test_process_0_failing_dying_or_silent_stops_the_others_with_the_reason(
     gcs, tmp_path, fault, message):  # noqa: F811
   import re
   (code0, out0), (code1, out1) = _pod(tmp_path, f"gs://bucket/{fault}", fault)
