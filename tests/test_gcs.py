@@ -248,7 +248,8 @@ def test_data_prepared_into_gcs_is_copied_checked_by_another_host(gcs, tmp_path,
   another host (another cache_dir) copies only what training reads (instances + vocab,
   not the documents), byte for byte, and builds nothing. A copy damaged in transit is
   refused by its CRC32C and leaves no marker: the next start copies it again; a disk too
-  small for the copy is one line before anything is copied."""
+  small for the copy is one line before anything is copied; a level rebuilt in the bucket
+  replaces the host's older copy."""
   from bert_jax.data import mirror, prepare
   monkeypatch.chdir(tmp_path)
   cfg = e2e_config("gs://bucket/data").data
@@ -307,6 +308,13 @@ def test_data_prepared_into_gcs_is_copied_checked_by_another_host(gcs, tmp_path,
   again = prepare.prepare(cfg, verbose=False)
   assert again.instances_dir == read.instances_dir
   assert not any(d.startswith("documents-") for d in os.listdir(local))
+  # The level rebuilt in the bucket since (here: the vocabulary, one token more): this
+  # host's older copy is replaced by the bucket's, never used beside the others' newer one.
+  level = os.path.basename(os.path.dirname(read.vocab_path))
+  newer = gcs.cat(f"bucket/data/{level}/vocab.txt") + b"zyzzyva\n"
+  gcs.pipe(f"bucket/data/{level}/vocab.txt", newer)
+  with open(prepare.open_prepared(cfg, name, verbose=False).vocab_path, "rb") as f:
+    assert f.read() == newer
   assert not os.path.exists(tmp_path / "gs:")
 
 

@@ -110,21 +110,15 @@ class Mirror:
     return f"{self.remote}/{name}" if self.remote else self.path(name)
 
   def ensure(self, name: str, marker: str, build: Callable[[str], object]) -> str:
-    """The local directory of level `name`, complete: kept if there, else copied from the
-    remote data_dir if complete there, else `build(local_dir)` (which writes `marker`
-    last) and uploaded. A local build whose upload was cut short is uploaded again."""
+    """The local directory of level `name`, complete: the bucket's copy if the level is
+    complete there (copied unless this host holds the same marker), else `build(local_dir)`
+    (which reuses a finished local build and writes `marker` last) and uploaded."""
     local = self.path(name)
     with build_lock(local):
       if self.remote is None:
         build(local)  # every build reuses its own finished output
-        return local
-      done_here = os.path.exists(os.path.join(local, marker))
-      if not done_here and self._complete_remotely(name, marker):
-        self._download(name, marker)
-        return local
-      if not done_here:
+      elif not self._sync(name, marker):
         build(local)
-      if not self._complete_remotely(name, marker):
         self._upload(name, marker)
     return local
 
@@ -133,23 +127,36 @@ class Mirror:
     never built. FileNotFoundError when no complete copy exists anywhere."""
     local = self.path(name)
     with build_lock(local):
-      if os.path.exists(os.path.join(local, marker)):
-        return local
-      if self.remote is None or not self._complete_remotely(name, marker):
+      here = os.path.exists(os.path.join(local, marker))
+      if not (self.remote and self._sync(name, marker)) and not here:
         raise FileNotFoundError(
             f"{self.where(name)}/{marker} does not exist: the prepared data are not there "
             "(on a pod without a shared filesystem, data.data_dir must be a gs:// url or a "
             "gcsfuse mount that every host reads).")
-      self._download(name, marker)
     return local
+
+  def _sync(self, name: str, marker: str) -> bool:
+    """Makes the local copy of level `name` the bucket's, if the bucket has it complete.
+
+    The bucket is what every host agrees on: a local copy whose marker differs from the
+    bucket's (the level was rebuilt there since, e.g. another vocabulary under the same
+    name) is replaced, never used beside the others' newer one.
+    """
+    try:
+      remote_marker = self.fs.cat_file(f"{self._remote(name)}/{marker}")
+    except FileNotFoundError:
+      return False
+    mine = os.path.join(self.path(name), marker)
+    if os.path.exists(mine):
+      with open(mine, "rb") as f:
+        if f.read() == remote_marker:
+          return True
+    self._download(name, marker)
+    return True
 
   # ------------------------------------------------------------ remote side
   def _remote(self, name: str) -> str:
     return f"{self._root}/{name}"
-
-  def _complete_remotely(self, name: str, marker: str) -> bool:
-    self.fs.invalidate_cache()
-    return self.fs.exists(f"{self._remote(name)}/{marker}")
 
   def _listing(self, name: str) -> dict[str, dict]:
     """relative path -> object info, for every object under level `name`."""

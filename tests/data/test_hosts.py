@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -63,15 +64,20 @@ def test_two_hosts_read_one_vocabulary_and_disjoint_shards(gcs, tmp_path):  # no
 @pytest.mark.parametrize("fault, message", [
     ("fail", r"process 1: process 0 failed to prepare the data, so this process stops too: "
              r"ValueError: the corpus is broken on process 0"),
+    # Ours, or jax's own when its error poller aborts the process first (a race).
     ("die", r"RuntimeError: process 1: lost process 0 while it prepared the data \(it died or "
-            r"was preempted: see its log\); rerun every process"),
+            r"was preempted: see its log\); rerun every process|Terminating process because "
+            r"the JAX distributed service detected fatal errors. This most likely indicates "
+            r"that another task died"),
     ("slow", r"TimeoutError: process 1: process 0 has not finished preparing the data after "
              r"3 s \(config.data.prepare_timeout\)")])
 def test_process_0_failing_dying_or_silent_stops_the_others_with_the_reason(
     gcs, tmp_path, fault, message):  # noqa: F811
   import re
+  start = time.monotonic()
   (code0, out0), (code1, out1) = _pod(tmp_path, f"gs://bucket/{fault}", fault)
   assert code1 != 0 and re.search(message, out1), out1[-3000:]
-  assert "Traceback" in out1 and not (tmp_path / "host1").exists()
+  assert time.monotonic() - start < 120  # at once (die, fail) or at 3 s: not the 2 h default
+  assert not (tmp_path / "host1").exists()  # built nothing, copied nothing
   if fault == "fail":
     assert code0 != 0 and "the corpus is broken on process 0" in out0
