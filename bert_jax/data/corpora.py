@@ -114,22 +114,27 @@ def text_file_documents(patterns: str, stats: Stats,
                         max_line_chars: int = 20000) -> Iterator[list[str]]:
   """Documents of google-research/bert-format text files, read line by line."""
   for path in expand_globs(patterns):
-    stats["files"] += 1
-    before = stats["documents"] + stats["empty_documents"]
-    sentences = []
-    with open(path, "rb") as f:
-      for raw in f:
-        stats["lines"] += 1
-        line = _decode_line(raw, stats, max_line_chars)
-        if line:
-          sentences.extend(split_sentences(line))
-        elif sentences:  # blank line: end of document
-          yield from _emit(sentences, stats)
-          sentences = []
-    if sentences:
-      yield from _emit(sentences, stats)
-    if stats["documents"] + stats["empty_documents"] == before:
-      stats["empty_files"] += 1
+    yield from file_documents(path, stats, max_line_chars)
+
+
+def file_documents(path: str, stats: Stats, max_line_chars: int = 20000) -> Iterator[list[str]]:
+  """Documents of one google-research/bert-format text file."""
+  stats["files"] += 1
+  before = stats["documents"] + stats["empty_documents"]
+  sentences = []
+  with open(path, "rb") as f:
+    for raw in f:
+      stats["lines"] += 1
+      line = _decode_line(raw, stats, max_line_chars)
+      if line:
+        sentences.extend(split_sentences(line))
+      elif sentences:  # blank line: end of document
+        yield from _emit(sentences, stats)
+        sentences = []
+  if sentences:
+    yield from _emit(sentences, stats)
+  if stats["documents"] + stats["empty_documents"] == before:
+    stats["empty_files"] += 1
 
 
 def gensim_test_data(name: str) -> str:
@@ -184,12 +189,15 @@ def embedded_documents(stats: Stats, max_line_chars: int = 20000) -> Iterator[li
 
 
 def tfds_documents(name: str, stats: Stats, text_key: str = "text", split: str = "train",
-                   data_dir: Optional[str] = None,
-                   max_line_chars: int = 20000) -> Iterator[list[str]]:
-  """Documents of a tfds text dataset (one example each), via its array_record source."""
+                   data_dir: Optional[str] = None, max_line_chars: int = 20000,
+                   start: int = 0, stop: Optional[int] = None) -> Iterator[list[str]]:
+  """Documents of a tfds text dataset (one example each, examples [start, stop) of the
+  split), via its array_record source (prepared first if it is not: a no-op else)."""
   builder = tfds.builder(name, data_dir=data_dir)
   builder.download_and_prepare(file_format="array_record")
-  for example in builder.as_data_source(split=split):
+  source = builder.as_data_source(split=split)
+  for i in range(start, len(source) if stop is None else min(stop, len(source))):
+    example = source[i]
     if text_key not in example:
       raise KeyError(f"tfds dataset {name} has no feature {text_key!r} (config.tfds_text_key);"
                      f" it has {sorted(example)}.")
@@ -203,11 +211,99 @@ def tfds_documents(name: str, stats: Stats, text_key: str = "text", split: str =
     yield from _emit(_paragraphs_to_sentences(text.splitlines(), stats, max_line_chars), stats)
 
 
+def prepare_tfds(name: str, data_dir: Optional[str] = None, split: str = "train",
+                 download_config=None) -> int:
+  """Prepares a catalog dataset as array_record (through its Beam pipeline when it is a
+  Beam builder: wikipedia/*, c4/*; download_config carries the runner); its length."""
+  builder = tfds.builder(name, data_dir=data_dir)
+  builder.download_and_prepare(file_format="array_record", download_config=download_config)
+  return builder.info.splits[split].num_examples
+
+
+# ------------------------------------------------------------------- sources
+# A corpus is a list of sources (plain tuples, so Beam can ship them to workers): one
+# per text file, the two embedded files, or ranges of a tfds split. A document's key is
+# (source index, index within the source): the same in process and on Beam, so both
+# write the same records in the same order (tfds orders records by a hash of the key).
+TFDS_RANGE = 4096  # documents of a tfds split per source
+
+
+def sources(cfg, download_config=None) -> list[tuple]:
+  """The sources of a data config's corpus. corpus=tfds prepares the dataset first
+  (download_config: its Beam runner, for Beam builders), and adds config.text_files if
+  set (Wikipedia + a directory of books, BERT's corpus)."""
+  files = [("text", path, cfg.max_line_chars) for path in expand_globs(cfg.text_files)] if (
+      cfg.corpus == "text" or cfg.text_files) else []
+  if cfg.corpus == "text":
+    return files
+  if cfg.corpus == "tfds":
+    n = prepare_tfds(cfg.tfds_name, cfg.tfds_data_dir, cfg.tfds_split, download_config)
+    return [("tfds", cfg.tfds_name, cfg.tfds_text_key, cfg.tfds_split, cfg.tfds_data_dir,
+             cfg.max_line_chars, lo, min(lo + TFDS_RANGE, n))
+            for lo in range(0, n, TFDS_RANGE)] + files
+  return [("wiki", gensim_test_data(WIKI_EXCERPT), cfg.max_line_chars),
+          ("lee", gensim_test_data(LEE_CORPUS), cfg.max_line_chars)]
+
+
+def read_source(source: tuple, stats: Stats) -> Iterator[list[str]]:
+  kind, *args = source
+  if kind == "text":
+    return file_documents(*args[:1], stats, *args[1:])
+  if kind == "wiki":
+    return wiki_dump_documents(args[0], stats, args[1])
+  if kind == "lee":
+    return lee_documents(args[0], stats, args[1])
+  if kind == "tfds":
+    name, text_key, split, data_dir, max_line_chars, start, stop = args
+    return tfds_documents(name, stats, text_key, split, data_dir, max_line_chars, start, stop)
+  raise ValueError(f"unknown corpus source {kind!r}")
+
+
+def document_key(source_index: int, index: int) -> str:
+  return f"{source_index:06d}-{index:09d}"
+
+
+def keyed_documents(corpus_sources, stats: Stats) -> Iterator[tuple[str, list[str]]]:
+  """(key, sentences) of every document of the sources, in order."""
+  for s, source in enumerate(corpus_sources):
+    for i, sentences in enumerate(read_source(source, stats)):
+      yield document_key(s, i), sentences
+
+
+def document_text(sentences: list[str]) -> str:
+  """A document as stored: its sentences on lines."""
+  return "\n".join(s.replace("\n", " ") for s in sentences)
+
+
 # ------------------------------------------------------------------------- builder
 def is_validation(text: str, fraction: float) -> bool:
   """Deterministic document split: a 64-bit hash of the text against the fraction."""
   digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
   return int.from_bytes(digest, "little") < fraction * 2.0**64
+
+
+def assign_split(text: str, fraction: float, stats: Stats) -> bool:
+  """is_validation, counted: documents and characters per split (the vocabulary's
+  sample size comes from train_characters)."""
+  in_validation = is_validation(text, fraction)
+  split = "validation" if in_validation else "train"
+  stats[split + "_documents"] += 1
+  stats[split + "_characters"] += len(text)
+  return in_validation
+
+
+def shard_bounds(num_documents: int, shard_documents: int) -> list[tuple[int, int]]:
+  """[lo, hi) document ranges of the instance shards: about shard_documents each."""
+  bounds = np.linspace(0, num_documents,
+                       max(1, -(-num_documents // shard_documents)) + 1).astype(int)
+  return list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+
+
+def shard_texts(source, lo: int, hi: int) -> list[str]:
+  """Texts of documents [lo, hi) of a documents split's data source."""
+  docs = source.__getitems__(list(range(lo, hi))) if hi > lo else []
+  return [d["text"].decode("utf-8") if isinstance(d["text"], bytes) else d["text"]
+          for d in docs]
 
 
 class _LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
@@ -232,11 +328,11 @@ class DocumentsBuilder(_LocalBuilder, skip_registration=True):
   pass replays. Stats are those of the full read.
   """
 
-  def __init__(self, *, documents_fn: Callable[[Stats], Iterator[list[str]]],
+  def __init__(self, *, documents_fn: Callable[[Stats], Iterator[tuple[str, list[str]]]],
                validation_fraction: float, splits=("train", "validation"),
                spill_dir: Optional[str] = None, **kwargs):
     """Args:
-      documents_fn: stats -> iterator of documents (streamed).
+      documents_fn: stats -> iterator of (key, document) (streamed), keyed_documents.
       validation_fraction: expected fraction of documents in the validation split.
       splits: the splits to write (tfds refuses an empty one: a corpus too small for
         a validation document is written with "train" only).
@@ -261,13 +357,11 @@ class DocumentsBuilder(_LocalBuilder, skip_registration=True):
     return {split: self._generate_examples(split == "validation") for split in self._splits}
 
   def _read_corpus(self):
-    """(index, text, in_validation) of every document; refreshes self.stats."""
+    """(key, text, in_validation) of every document; refreshes self.stats."""
     stats = Stats()
-    for i, sentences in enumerate(self._documents_fn(stats)):
-      text = "\n".join(s.replace("\n", " ") for s in sentences)
-      in_validation = is_validation(text, self._validation_fraction)
-      stats["validation_documents" if in_validation else "train_documents"] += 1
-      yield i, text, in_validation
+    for key, sentences in self._documents_fn(stats):
+      text = document_text(sentences)
+      yield key, text, assign_split(text, self._validation_fraction, stats)
     self.stats.clear()
     self.stats.update(stats)
 
@@ -319,6 +413,21 @@ def _bounded_ordered_map(fn, tasks, processes: int, initializer, initargs):
       yield pending.popleft().get()
 
 
+def shard_examples(shard: instances.ShardInstances, stats: Stats):
+  """(key, example) of a shard's instances; counts instances and random B's."""
+  offsets = np.concatenate([[0], np.cumsum(shard.lengths)])
+  for j in range(len(shard.lengths)):
+    lo, hi = offsets[j], offsets[j + 1]
+    stats["instances"] += 1
+    stats["random_next"] += int(shard.is_random_next[j])
+    yield f"{shard.shard_index}-{j}", {
+        "input_ids": shard.input_ids[lo:hi],
+        "segment_ids": shard.segment_ids[lo:hi],
+        "is_random_next": shard.is_random_next[j],
+        "num_tokens": hi - lo,
+    }
+
+
 class InstancesBuilder(_LocalBuilder, skip_registration=True):
   """Unmasked pretraining instances (NSP pairs or packed rows) of a DocumentsBuilder's output.
 
@@ -360,36 +469,19 @@ class InstancesBuilder(_LocalBuilder, skip_registration=True):
 
   def _generate_examples(self, split_id: int, split: str):
     source = tfds.builder_from_directory(self._documents_dir).as_data_source(split=split)
-    n = len(source)
-    bounds = np.linspace(0, n, max(1, -(-n // self._shard_documents)) + 1).astype(int)
-
-    def tasks():
-      for s, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-        docs = source.__getitems__(list(range(lo, hi))) if hi > lo else []
-        texts = [d["text"].decode("utf-8") if isinstance(d["text"], bytes) else d["text"]
-                 for d in docs]
-        yield split_id, s, texts
+    bounds = shard_bounds(len(source), self._shard_documents)
+    tasks = ((split_id, s, shard_texts(source, lo, hi)) for s, (lo, hi) in enumerate(bounds))
 
     stats = collections.Counter()
     counts = None
-    processes = min(self._processes, len(bounds) - 1)  # no idle workers
+    processes = min(self._processes, len(bounds))  # no idle workers
     initargs = (self._tokenizer_json, self._settings, processes <= 1)
-    for shard in _bounded_ordered_map(instances.shard_instances, tasks(), processes,
+    for shard in _bounded_ordered_map(instances.shard_instances, tasks, processes,
                                       instances.init_worker, initargs):
       stats.update(shard.stats)
       if shard.unigram_counts is not None:
         counts = shard.unigram_counts if counts is None else counts + shard.unigram_counts
-      offsets = np.concatenate([[0], np.cumsum(shard.lengths)])
-      for j in range(len(shard.lengths)):
-        lo, hi = offsets[j], offsets[j + 1]
-        stats["instances"] += 1
-        stats["random_next"] += int(shard.is_random_next[j])
-        yield f"{shard.shard_index}-{j}", {
-            "input_ids": shard.input_ids[lo:hi],
-            "segment_ids": shard.segment_ids[lo:hi],
-            "is_random_next": shard.is_random_next[j],
-            "num_tokens": hi - lo,
-        }
+      yield from shard_examples(shard, stats)
     self.stats[split] = dict(stats)
     if split_id == 0:
       self.unigram_counts = counts

@@ -12,6 +12,10 @@ complete in the bucket copies it instead (data/mirror.py): what training reads c
 from local disk. On a pod only process 0 prepares; the others `open_prepared` the
 directory it names (data/hosts.py). Reused datasets have their shards checked against
 the record counts tfds wrote (a truncated array_record opens as empty).
+With a Beam runner (`prepare(cfg, beam=beam_util.BeamRun(...))`, or the command
+`python -m bert_jax.data.prepare --config ... --beam_runner ...`) the three stages run as
+Beam pipelines (beam_documents.py, beam_vocab.py, beam_instances.py) that write the same
+datasets into the same directories: training reuses them as if built in process.
 Loading is data/loader.py.
 """
 from __future__ import annotations
@@ -30,12 +34,16 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from bert_jax import paths
+from bert_jax.data import beam_documents
+from bert_jax.data import beam_instances
+from bert_jax.data import beam_vocab
 from bert_jax.data import corpora
 from bert_jax.data import instances
 from bert_jax.data import mirror
 from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data import wordpiece
 
-_FORMAT = "1"  # bump when the prepared layout changes: old dirs are then not reused
+_FORMAT = "2"  # bump when the prepared layout changes: old dirs are then not reused
 
 
 # Re-exported: the lock and the error belong to every level, local or mirrored.
@@ -137,27 +145,18 @@ def _check_config(cfg) -> None:
 def corpus_key(cfg) -> dict:
   key = {"format": _FORMAT, "corpus": cfg.corpus, "validation_fraction": cfg.validation_fraction,
          "max_line_chars": cfg.max_line_chars}
-  if cfg.corpus == "text":  # files identified by path, size and mtime
+  if cfg.corpus == "text" or (cfg.corpus == "tfds" and cfg.text_files):
+    # files identified by path, size and mtime (corpus=tfds: added to the dataset)
     key["files"] = [(p, os.path.getsize(p), os.path.getmtime(p))
                     for p in corpora.expand_globs(cfg.text_files)]
-  elif cfg.corpus == "tfds":
+  if cfg.corpus == "tfds":
     if not cfg.tfds_name:
       raise ValueError("corpus='tfds' needs config.tfds_name, e.g. 'wikipedia/20230601.en'.")
     key.update(name=cfg.tfds_name, text_key=cfg.tfds_text_key, split=cfg.tfds_split)
   return key
 
 
-def _documents_fn(cfg):
-  if cfg.corpus == "text":
-    return lambda stats: corpora.text_file_documents(cfg.text_files, stats, cfg.max_line_chars)
-  if cfg.corpus == "tfds":
-    return lambda stats: corpora.tfds_documents(
-        cfg.tfds_name, stats, cfg.tfds_text_key, cfg.tfds_split, cfg.tfds_data_dir,
-        cfg.max_line_chars)
-  return lambda stats: corpora.embedded_documents(stats, cfg.max_line_chars)
-
-
-def _build(make_builder, root: str, splits):
+def _build(make_builder, root: str, splits, beam=None):
   """Builds a tfds dataset; a split that turns out empty is dropped and the build retried.
 
   tfds refuses to write a split without examples, and whether the validation split of
@@ -167,26 +166,29 @@ def _build(make_builder, root: str, splits):
   while True:
     builder = make_builder(tuple(splits))
     try:
-      builder.download_and_prepare(download_dir=os.path.join(root, "downloads"),
-                                   file_format="array_record")
+      builder.download_and_prepare(
+          download_dir=os.path.join(root, "downloads"), file_format="array_record",
+          download_config=beam.download_config() if beam else None)
       return builder
-    except AssertionError as e:
-      empty = re.search(r'split "(\w+)": No examples were yielded', str(e))
-      if not empty or empty.group(1) not in splits:
+    except (AssertionError, ValueError, RuntimeError) as e:  # in process / on Beam
+      empty = re.search(r'split "(\w+)": No examples were yielded|generated examples is 0 '
+                        r'for split (\w+)', str(e))
+      split = empty and (empty.group(1) or empty.group(2))
+      if split not in splits:
         raise
-      if empty.group(1) == "train":
+      if split == "train":
         return None
-      splits.remove(empty.group(1))
+      splits.remove(split)
       for stale in builder.data_path.parent.glob("incomplete.*"):
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
+def prepare_documents(cfg, root: str, beam=None) -> tuple[str, dict, float]:
   with build_lock(root):
-    return _prepare_documents(cfg, root)
+    return _prepare_documents(cfg, root, beam)
 
 
-def _prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
+def _prepare_documents(cfg, root: str, beam) -> tuple[str, dict, float]:
   stats_path = os.path.join(root, "corpus_stats.json")
   if os.path.exists(stats_path):
     with open(stats_path) as f:
@@ -197,17 +199,23 @@ def _prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
   start = time.time()
   stats = corpora.Stats()
 
+  sources = corpora.sources(cfg, beam.download_config() if beam else None)
+
   def make_builder(splits):
     os.makedirs(root, exist_ok=True)
-    builder = corpora.DocumentsBuilder(documents_fn=_documents_fn(cfg),
-                                       validation_fraction=cfg.validation_fraction,
-                                       splits=splits, spill_dir=root, data_dir=root,
-                                       file_format="array_record")
+    common = dict(validation_fraction=cfg.validation_fraction, splits=splits, data_dir=root,
+                  file_format="array_record")
+    if beam:
+      builder = beam_documents.BeamDocumentsBuilder(sources=sources, **common)
+    else:
+      builder = corpora.DocumentsBuilder(
+          documents_fn=lambda stats: corpora.keyed_documents(sources, stats), spill_dir=root,
+          **common)
     builder.stats = stats  # filled by each pass, kept if the build fails
     return builder
 
   splits = ("train", "validation") if cfg.validation_fraction > 0 else ("train",)
-  builder = _build(make_builder, root, splits)
+  builder = _build(make_builder, root, splits, beam)
   stats = dict(stats)
   if builder is None:
     shutil.rmtree(root, ignore_errors=True)
@@ -221,7 +229,7 @@ def _prepare_documents(cfg, root: str) -> tuple[str, dict, float]:
   return os.fspath(builder.data_path), stats, time.time() - start
 
 
-def _prepare_vocab(cfg, store: mirror.Mirror, corpus_hash: str, documents) -> str:
+def _prepare_vocab(cfg, store: mirror.Mirror, corpus_hash: str, documents, beam=None) -> str:
   """The given vocab_path, or the vocab.txt trained on the train documents (`documents()`
   builds or reuses them: only called when the vocabulary is built)."""
   if cfg.vocab_path:
@@ -232,20 +240,23 @@ def _prepare_vocab(cfg, store: mirror.Mirror, corpus_hash: str, documents) -> st
     path = os.path.join(root, "vocab.txt")
     if os.path.exists(path):  # save_vocab writes it atomically
       return
-    from bert_jax import progress  # pylint: disable=g-import-not-at-top
-    source = tfds.builder_from_directory(documents()[0]).as_data_source(split="train")
-    texts = (d["text"].decode("utf-8") for d in progress.bar(
-        source, total=len(source), desc="vocab: documents", unit="doc"))
-    tok = tokenizer_lib.train_wordpiece(texts, cfg.vocab_size, cfg.lowercase is not False)
-    tokenizer_lib.save_vocab(tok, path)
+    # One deterministic vocabulary from a deterministic sample (beam_vocab.py).
+    documents_dir, corpus_stats, _ = documents()
+    fraction = wordpiece.sample_fraction(corpus_stats.get("train_characters", 0), sample_chars)
+    args = (documents_dir, path, cfg.vocab_size, cfg.lowercase is not False, fraction)
+    if beam:
+      beam_vocab.build_on_beam(beam, *args)
+    else:
+      beam_vocab.build_in_process(*args)
 
-  name = "vocab-" + content_hash([corpus_hash, cfg.vocab_size, cfg.lowercase])
+  sample_chars = cfg.get("vocab_sample_chars", 10**9)  # absent from older saved configs
+  name = "vocab-" + content_hash([corpus_hash, cfg.vocab_size, cfg.lowercase, sample_chars])
   return os.path.join(store.ensure(name, "vocab.txt", build), "vocab.txt")
 
 
 def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_path: str,
                        tok, settings, corpus_stats: dict, t_docs: float,
-                       t_vocab: float) -> None:
+                       t_vocab: float, beam=None) -> None:
   """Builds the instances dataset in `root` unless its prepared.json (written last) exists."""
   done = os.path.join(root, "prepared.json")
   if os.path.exists(done):
@@ -256,12 +267,17 @@ def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_
   # seconds of imports, more than the embedded corpus takes in-process.
   shards = corpus_stats.get("documents", 0) / cfg.shard_documents
   processes = cfg.prepare_processes or max(1, min(os.cpu_count() or 1, int(shards // 4)))
-  make_builder = lambda splits: corpora.InstancesBuilder(
-      documents_dir=documents_dir, tokenizer_json=tok.to_str(), settings=settings,
-      processes=processes, shard_documents=cfg.shard_documents, splits=splits,
-      data_dir=root, file_format="array_record")
+  common = dict(documents_dir=documents_dir, tokenizer_json=tok.to_str(), settings=settings,
+                shard_documents=cfg.shard_documents, data_dir=root, file_format="array_record")
+  if beam:
+    counts = os.path.join(root, "unigram_counts.beam.npy")
+    make_builder = lambda splits: beam_instances.BeamInstancesBuilder(
+        counts_path=counts, splits=splits, **common)
+  else:
+    make_builder = lambda splits: corpora.InstancesBuilder(
+        processes=processes, splits=splits, **common)
   splits = list(tfds.builder_from_directory(documents_dir).info.splits)
-  builder = _build(make_builder, root, splits)
+  builder = _build(make_builder, root, splits, beam)
   if builder is None:
     raise ValueError(f"No training instance: every train document of {documents_dir} is "
                      "empty once tokenized.")
@@ -293,17 +309,19 @@ def _lowercase(cfg):
   return cfg.lowercase if cfg.vocab_path else cfg.lowercase is not False
 
 
-def prepare(cfg, verbose: bool = True) -> PreparedData:
+def prepare(cfg, verbose: bool = True, beam=None) -> PreparedData:
   """Builds (or reuses) documents, vocab and instances for a data config; prints a summary.
+
+  `beam`: a beam_util.BeamRun to build what is missing with Beam pipelines; None: here.
 
   Raises:
     FileNotFoundError: a corpus glob matches nothing / the vocab path does not exist.
     ValueError: an empty corpus, a vocab without the special tokens, a bad config value.
   """
-  return prepare_named(cfg, verbose)[0]
+  return prepare_named(cfg, verbose, beam)[0]
 
 
-def prepare_named(cfg, verbose: bool = True) -> tuple[PreparedData, str]:
+def prepare_named(cfg, verbose: bool = True, beam=None) -> tuple[PreparedData, str]:
   """`prepare`, and the name of the instances directory under data_dir (`nsp-<hash>`):
   what the other hosts of a pod `open_prepared` (data/hosts.py)."""
   _check_config(cfg)
@@ -311,9 +329,9 @@ def prepare_named(cfg, verbose: bool = True) -> tuple[PreparedData, str]:
   corpus_hash = content_hash(corpus_key(cfg))
   # Documents are read only to build the vocabulary or the instances: a run that finds
   # both (here or in the bucket) never touches them.
-  documents = functools.cache(lambda: _ensure_documents(cfg, store, corpus_hash))
+  documents = functools.cache(lambda: _ensure_documents(cfg, store, corpus_hash, beam))
   start = time.time()
-  vocab_path = _prepare_vocab(cfg, store, corpus_hash, documents)
+  vocab_path = _prepare_vocab(cfg, store, corpus_hash, documents, beam)
   t_vocab = time.time() - start  # less the documents, if training the vocab built them
   t_vocab -= documents()[2] if documents.cache_info().currsize else 0.0
   lowercase = _lowercase(cfg)
@@ -330,17 +348,18 @@ def prepare_named(cfg, verbose: bool = True) -> tuple[PreparedData, str]:
     if not os.path.exists(os.path.join(root, "prepared.json")):
       documents_dir, corpus_stats, t_docs = documents()
       _prepare_instances(cfg, store.local, root, documents_dir, vocab_path, tok, settings,
-                         corpus_stats, t_docs, t_vocab)
+                         corpus_stats, t_docs, t_vocab, beam)
 
   store.ensure(name, "prepared.json", build)
   return open_prepared(cfg, name, verbose), name
 
 
-def _ensure_documents(cfg, store: mirror.Mirror, corpus_hash: str) -> tuple[str, dict, float]:
+def _ensure_documents(cfg, store: mirror.Mirror, corpus_hash: str,
+                      beam=None) -> tuple[str, dict, float]:
   built = []
   root = store.ensure("documents-" + corpus_hash, "corpus_stats.json",
-                      lambda root: built.append(_prepare_documents(cfg, root)))
-  return built[0] if built else _prepare_documents(cfg, root)  # copied: read its record
+                      lambda root: built.append(_prepare_documents(cfg, root, beam)))
+  return built[0] if built else _prepare_documents(cfg, root, beam)  # copied: read its record
 
 
 def open_prepared(cfg, name: str, verbose: bool = True) -> PreparedData:
@@ -400,3 +419,13 @@ def summary(prepared: PreparedData, root: str = "") -> str:
       f"  rate: {prepared.stats['documents_per_second']:.0f} documents/s, "
       f"{prepared.stats['tokens_per_second']:.0f} tokens/s (tokenize + instances)",
   ])
+
+
+def entry():
+  """`bert-jax-prepare` / `python -m bert_jax.data.prepare`: prepare, train nothing."""
+  from bert_jax.data import prepare_cli  # pylint: disable=g-import-not-at-top
+  prepare_cli.entry()
+
+
+if __name__ == "__main__":
+  entry()

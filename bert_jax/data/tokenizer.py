@@ -19,9 +19,9 @@ from typing import Iterable, Optional
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-from tokenizers import trainers
 
 from bert_jax import paths
+from bert_jax.data import wordpiece
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 # Training order puts [PAD] at id 0: padded batches are zeros, as in google-research/bert.
@@ -88,16 +88,20 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int = 30522, lowercase: bo
     min_frequency: minimum count of a merged pair.
     limit_alphabet: maximum number of distinct characters kept (the rest become [UNK]).
 
-  Training is not deterministic in tokenizers 0.23 (hash-map order breaks count ties,
-  huggingface/tokenizers#1794): `prepare` trains once and reuses the saved vocab.txt.
+  Deterministic (data/wordpiece.py): the same texts give the same vocabulary in any
+  order, on any host, unlike tokenizers' own trainer (huggingface/tokenizers#1794).
   """
-  tok = _bert_pipeline(models.WordPiece(unk_token=UNK, max_input_chars_per_word=100), lowercase)
-  trainer = trainers.WordPieceTrainer(
-      vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
-      special_tokens=list(SPECIAL_TOKENS), limit_alphabet=limit_alphabet,
-      continuing_subword_prefix="##")
-  tok.train_from_iterator(texts, trainer)
-  return _finish(tok, "the trained vocabulary")
+  counts = wordpiece.count_words(texts, lowercase)
+  return from_word_counts(counts, vocab_size, lowercase, min_frequency, limit_alphabet)
+
+
+def from_word_counts(counts, vocab_size: int, lowercase: bool, min_frequency: int = 2,
+                     limit_alphabet: int = 1000) -> Tokenizer:
+  """The BERT tokenizer of the vocabulary wordpiece.train learns from word counts."""
+  tokens = wordpiece.train(counts, vocab_size, SPECIAL_TOKENS, min_frequency, limit_alphabet)
+  model = models.WordPiece({t: i for i, t in enumerate(tokens)}, unk_token=UNK,
+                           max_input_chars_per_word=100)
+  return _finish(_bert_pipeline(model, lowercase), "the trained vocabulary")
 
 
 def save_vocab(tokenizer: Tokenizer, path: str) -> None:

@@ -252,7 +252,7 @@ def data_config() -> ml_collections.ConfigDict:
   # Corpus. 'embedded': gensim's Wikipedia excerpt + Lee corpus (offline). 'text':
   # google-research/bert format files. 'tfds': any tfds text dataset by name.
   c.corpus = "embedded"
-  c.text_files = ""  # comma-separated globs, for corpus='text'
+  c.text_files = ""  # comma-separated globs, for corpus='text' (or added to corpus='tfds')
   c.tfds_name = ""  # for corpus='tfds', e.g. 'wikipedia/20230601.en'
   c.tfds_text_key = "text"  # the text feature of that dataset
   c.tfds_split = "train"  # documents are read from this split, then re-split by hash
@@ -270,6 +270,9 @@ def data_config() -> ml_collections.ConfigDict:
   # Else a vocab.txt, tokenizer.json, or HF tokenizer directory.
   c.vocab_path = config_dict.placeholder(str)
   c.vocab_size = 30522
+  # A trained vocab counts the words of a deterministic sample of about this many
+  # characters of the train documents (data/beam_vocab.py: why 1e9 is enough).
+  c.vocab_sample_chars = 1_000_000_000
   # Uncased = lowercase + strip accents (BertNormalizer). None: a trained vocab is uncased,
   # a given tokenizer keeps its own setting (tokenizer.json / do_lower_case / the vocab).
   c.lowercase = config_dict.placeholder(bool)

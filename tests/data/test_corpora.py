@@ -82,7 +82,8 @@ def test_hash_split_is_deterministic_with_the_fraction():
 def test_documents_builder_writes_array_record(tmp_path, testdata):
   files = testdata("tiny_corpus.txt") + "," + testdata("paragraphs.txt")
   builder = corpora.DocumentsBuilder(
-      documents_fn=lambda stats: corpora.text_file_documents(files, stats),
+      documents_fn=lambda stats: corpora.keyed_documents(
+          [("text", f, 20000) for f in files.split(",")], stats),
       validation_fraction=0.25, data_dir=str(tmp_path), file_format="array_record")
   builder.download_and_prepare(download_dir=str(tmp_path / "dl"))
   assert sorted(p.name for p in builder.data_path.iterdir() if "array_record" in p.name) == [

@@ -166,14 +166,15 @@ def _write_streams(tok, documents_dir: str, root: str, tokenizer_path: str, eot_
   os.replace(done + ".tmp", done)
 
 
-def prepare(cfg, verbose: bool = True) -> LmData:
-  """Builds (or reuses) documents, the BPE and the token streams of `cfg` (config.data)."""
+def prepare(cfg, verbose: bool = True, beam=None) -> LmData:
+  """Builds (or reuses) documents, the BPE and the token streams of `cfg` (config.data);
+  `beam` (a data.beam_util.BeamRun): the documents stage on that Beam runner."""
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   prepare_lib.check_data_dir(cfg.data_dir)
   data_dir = os.path.expanduser(cfg.data_dir)
   corpus_hash = prepare_lib.content_hash(prepare_lib.corpus_key(cfg))
   documents_dir, _, _ = prepare_lib.prepare_documents(
-      cfg, os.path.join(data_dir, "documents-" + corpus_hash))
+      cfg, os.path.join(data_dir, "documents-" + corpus_hash), beam)
   tokenizer_path = _tokenizer(cfg, data_dir, corpus_hash, documents_dir)
   tok = Tokenizer.from_file(tokenizer_path)
   eot_id = tok.token_to_id(EOT)

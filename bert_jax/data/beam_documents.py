@@ -1,0 +1,55 @@
+"""The documents stage as a Beam pipeline, through tfds's Beam support.
+
+BeamDocumentsBuilder writes what corpora.DocumentsBuilder writes (same features, keys,
+split by the same hash), so the two outputs hold the same records in the same order and
+everything downstream reads either. Each split's `_generate_examples` is a PTransform:
+the corpus sources (one per text file, the embedded files, ranges of a tfds split) are
+spread over workers by a Reshuffle, each read and sentence-split where it lands. Bad
+input (undecodable bytes, over-long lines, empty documents or files) is counted into
+Beam counters, which become the build's stats (corpus_stats.json), as in process.
+"""
+from __future__ import annotations
+
+from bert_jax.data import beam_util
+from bert_jax.data import corpora
+
+NAMESPACE = "bert_jax.corpus"
+
+
+def _read(indexed_source, validation_fraction: float, validation: bool, counted: bool):
+  """(key, example) of one source's documents of one split."""
+  s, source = indexed_source
+  stats = corpora.Stats()
+  for i, sentences in enumerate(corpora.read_source(source, stats)):
+    text = corpora.document_text(sentences)
+    if corpora.assign_split(text, validation_fraction, stats) == validation:
+      yield corpora.document_key(s, i), {"text": text}
+  if counted:  # the corpus is read once per split; its counts are kept once
+    beam_util.count(NAMESPACE, stats)
+
+
+class BeamDocumentsBuilder(corpora.DocumentsBuilder, skip_registration=True):
+  """corpora.DocumentsBuilder's dataset, built by a Beam pipeline (download_and_prepare
+  with a tfds.download.DownloadConfig naming the runner)."""
+
+  def __init__(self, *, sources: list, validation_fraction: float,
+               splits=("train", "validation"), **kwargs):
+    self._sources = list(sources)
+    super().__init__(documents_fn=None, validation_fraction=validation_fraction,
+                     splits=splits, **kwargs)
+
+  def _generate_examples(self, validation: bool):
+    import apache_beam as beam  # pylint: disable=g-import-not-at-top
+    fraction, counted = self._validation_fraction, not validation
+
+    @beam.ptransform_fn
+    def documents(pipeline):
+      return (pipeline
+              | "Sources" >> beam.Create(list(enumerate(self._sources)))
+              | "Spread" >> beam.Reshuffle()
+              | "Read" >> beam.FlatMap(_read, fraction, validation, counted))
+    return documents()  # pylint: disable=no-value-for-parameter
+
+  def _process_pipeline_result(self, pipeline_result):
+    self.stats.clear()
+    self.stats.update(beam_util.counters(pipeline_result, NAMESPACE))

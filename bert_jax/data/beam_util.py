@@ -1,0 +1,67 @@
+"""What the Beam stages share: the runner and its options, counters in and out.
+
+  run = BeamRun("DirectRunner", "--direct_running_mode=multi_processing --direct_num_workers=2")
+  builder.download_and_prepare(download_config=run.download_config(), ...)   # tfds' Beam path
+  with run.pipeline() as p: ...                                              # a plain pipeline
+
+Bad input is counted, never raised: each stage adds its corpus.Stats-like counts to Beam
+counters (namespace per stage), read back from the pipeline result into the same stats
+dicts the in-process path writes (corpus_stats.json, prepared.json).
+"""
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from typing import Mapping
+
+RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner", "PortableRunner")
+
+
+@dataclasses.dataclass(frozen=True)
+class BeamRun:
+  """A Beam runner name and its command-line options (one string, shell-quoted)."""
+  runner: str
+  options: str = ""
+
+  def __post_init__(self):
+    if self.runner not in RUNNERS:
+      raise ValueError(f"--beam_runner={self.runner!r}; expected one of {', '.join(RUNNERS)}.")
+
+  def pipeline_options(self):
+    from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
+    return pipeline_options.PipelineOptions(shlex.split(self.options))
+
+  def download_config(self):
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    return tfds.download.DownloadConfig(beam_runner=self.runner,
+                                        beam_options=self.pipeline_options())
+
+  def pipeline(self):
+    import apache_beam as beam  # pylint: disable=g-import-not-at-top
+    return beam.Pipeline(runner=self.runner, options=self.pipeline_options())
+
+
+def count(namespace: str, stats: Mapping[str, int]) -> None:
+  """Adds a stats Counter to Beam counters (inside a transform)."""
+  from apache_beam.metrics import Metrics  # pylint: disable=g-import-not-at-top
+  for name, value in stats.items():
+    if value:
+      Metrics.counter(namespace, name).inc(int(value))
+
+
+def counters(result, namespace: str) -> dict:
+  """{name: value} of a finished pipeline's counters in a namespace (committed values
+  where the runner reports them, else attempted)."""
+  from apache_beam.metrics.metric import MetricsFilter  # pylint: disable=g-import-not-at-top
+  out = {}
+  query = result.metrics().query(MetricsFilter().with_namespace(namespace))
+  for metric in query["counters"]:
+    try:
+      value = metric.committed
+    except Exception:  # pylint: disable=broad-except  (runners without committed metrics)
+      value = None
+    if value is None:
+      value = metric.attempted
+    name = metric.key.metric.name
+    out[name] = out.get(name, 0) + int(value)
+  return out

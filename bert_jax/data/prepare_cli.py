@@ -1,0 +1,71 @@
+"""The preparation command (`python -m bert_jax.data.prepare`, `bert-jax-prepare`).
+
+  python -m bert_jax.data.prepare --config configs/bert_base.py \
+      --config.data.corpus=text --config.data.text_files='/corpus/*.txt' \
+      [--beam_runner=DataflowRunner --beam_options="--project=P --region=R ..."]
+
+Prepares what training with the same --config would (every phase's sequence length for
+BERT pretraining; documents, BPE and token streams for GPT's `lm` task) into the same
+config-hashed directories, and trains nothing: the training run then finds them done.
+Without --beam_runner the stages run here, as training would run them; with it, as Beam
+pipelines on that runner (documents, vocabulary and instances for BERT; documents for
+`lm`, whose BPE and streams stay in process).
+"""
+from __future__ import annotations
+
+import logging as std_logging
+import sys
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from bert_jax.cli import parse_flags
+from bert_jax.data import beam_util
+
+FLAGS = flags.FLAGS
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config(arg)).",
+                                          lock_config=True)
+flags.DEFINE_enum("beam_runner", None, list(beam_util.RUNNERS),
+                  "Run the stages as Apache Beam pipelines on this runner; unset: in process.")
+flags.DEFINE_string("beam_options", "",
+                    "Beam pipeline options, one shell-quoted string, e.g. '--project=p "
+                    "--region=us-central1 --temp_location=gs://b/tmp --num_workers=50' or "
+                    "'--direct_running_mode=multi_processing --direct_num_workers=2'.")
+flags.mark_flags_as_required(["config"])
+
+
+def prepare_config(config, beam=None, verbose: bool = True) -> list:
+  """Prepares everything training `config` reads; the prepared data of each phase."""
+  if config.task == "lm":
+    from bert_jax.tasks.lm import data as lm_data  # pylint: disable=g-import-not-at-top
+    return [lm_data.prepare(config.data, verbose, beam=beam)]
+  if config.task != "bert_pretraining":
+    raise ValueError(f"config.task={config.task!r}: the preparation command serves "
+                     "'bert_pretraining' (BERT MLM + NSP / MLM only) and 'lm' (GPT).")
+  from bert_jax.data import prepare as prepare_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.pretraining import PretrainingTask  # pylint: disable=g-import-not-at-top
+  task = PretrainingTask(config)
+  return [prepare_lib.prepare(task.phase_data_config(dict(phase)), verbose, beam=beam)
+          for phase in config.train.get("phases") or [{}]]
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  if not FLAGS["verbosity"].present:  # library INFO lines (tfds, Beam: one per bundle)
+    logging.set_verbosity(logging.WARNING)
+    std_logging.getLogger("apache_beam").setLevel(std_logging.WARNING)
+  from bert_jax import paths  # pylint: disable=g-import-not-at-top
+  try:
+    beam = beam_util.BeamRun(FLAGS.beam_runner, FLAGS.beam_options) if FLAGS.beam_runner else None
+    if FLAGS.beam_options and not beam:
+      raise ValueError("--beam_options without --beam_runner: name the runner.")
+    paths.check_config(_CONFIG.value)
+    prepare_config(_CONFIG.value, beam=beam)
+  except (ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+def entry():
+  app.run(main, flags_parser=parse_flags)

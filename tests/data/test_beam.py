@@ -1,0 +1,233 @@
+"""The preparation as Beam pipelines (DirectRunner) against the in-process path.
+
+One corpus, half the embedded one (~1.6 MB) plus text files holding bad input, is prepared
+three times: in process, on Beam's DirectRunner with 2 worker processes, and on Beam in
+memory. Every stage's output must be the same bytes; the instances must have the loader
+statistics of google-research/bert (15% of candidates masked, 80/10/10, NSP 50%).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from bert_jax.data import beam_util
+from bert_jax.data import loader
+from bert_jax.data import prepare as prepare_lib
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TWO_WORKERS = beam_util.BeamRun(
+    "DirectRunner", "--direct_running_mode=multi_processing --direct_num_workers=2")
+IN_MEMORY = beam_util.BeamRun("DirectRunner", "--direct_running_mode=in_memory")
+
+
+def write_bad_files(folder) -> str:
+  """Text files with every kind of bad input; their comma-separated paths."""
+  os.makedirs(folder, exist_ok=True)
+  files = {
+      "a.txt": (b"First sentence here. Second one follows.\nA third line.\n\n"
+                b"Bad bytes \xff\xfe in this line. And more text.\n\n\n\n")
+               + b"x" * 25000 + b" A giant line.\n\nLast document. It ends.\n",
+      "b.txt": b"",  # an empty file
+      "c.txt": b"\n\n   \n",  # blank lines only
+      "d.txt": b"One more document. With two sentences.\n\nAnd \xc3\x28 another one here.\n",
+  }
+  for name, data in files.items():
+    with open(os.path.join(folder, name), "wb") as f:
+      f.write(data)
+  return ",".join(os.path.join(folder, n) for n in sorted(files))
+
+
+def config(make_config, data_dir, text_files):
+  return make_config(data_dir, corpus="text", text_files=text_files, vocab_size=600,
+                     max_seq_length=64, dupe_factor=2, shard_documents=48,
+                     validation_fraction=0.05, max_line_chars=20000, vocab_path=None)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  """The embedded corpus written as text files (one per source, bert format) plus the bad
+  files: a few MB over several files, so Beam has sources to spread."""
+  import collections  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import corpora  # pylint: disable=g-import-not-at-top
+  folder = tmp_path_factory.mktemp("corpus")
+  files = write_bad_files(str(folder)).split(",")
+  docs = list(corpora.embedded_documents(collections.Counter()))
+  for part in range(3):  # half the embedded corpus, ~1.6 MB
+    path = str(folder / f"embedded-{part}.txt")
+    with open(path, "w", encoding="utf-8") as f:
+      f.write("\n\n".join("\n".join(d) for d in docs[part::6]) + "\n")
+    files.append(path)
+  return ",".join(files)
+
+
+@pytest.fixture(scope="module")
+def prepared(corpus, make_config, tmp_path_factory):
+  """{path name: (config, PreparedData)} of the three preparations."""
+  out = {}
+  for name, run in (("in_process", None), ("two_workers", TWO_WORKERS),
+                    ("in_memory", IN_MEMORY)):
+    cfg = config(make_config, tmp_path_factory.mktemp(name), corpus)
+    out[name] = cfg, prepare_lib.prepare(cfg, verbose=False, beam=run)
+  return out
+
+
+def records(dataset_dir):
+  """split -> the records of a dataset, in order: documents as stored bytes; instances
+  decoded (a tf.Example's feature map serializes in no fixed order)."""
+  builder = tfds.builder_from_directory(dataset_dir)
+  if "text" in builder.info.features:
+    return {split: [bytes(r) for r in builder.as_data_source(
+        split=split, deserialize_method=tfds.decode.DeserializeMethod.RAW_BYTES)]
+            for split in builder.info.splits}
+  out = {}
+  for split in builder.info.splits:
+    source = loader.InstanceSource(dataset_dir, split)
+    out[split] = [(a.tobytes(), b.tobytes(), c) for a, b, c in (
+        source[i] for i in range(len(source)))]
+  return out
+
+
+def test_each_stage_gives_the_same_bytes_in_process_and_on_beam(prepared):
+  ref_cfg, ref = prepared["in_process"]
+  ref_docs, ref_instances = records(ref.documents_dir), records(ref.instances_dir)
+  with open(ref.vocab_path, "rb") as f:
+    ref_vocab = f.read()
+  assert len(ref_docs["train"]) > 190 and len(ref_docs["validation"]) > 5
+  assert len(ref_instances["train"]) > 4000
+  for name in ("two_workers", "in_memory"):
+    cfg, got = prepared[name]
+    assert "beam_" in got.instances_dir and "beam_" in got.documents_dir  # Beam built them
+    assert records(got.documents_dir) == ref_docs, name
+    with open(got.vocab_path, "rb") as f:
+      assert f.read() == ref_vocab, name
+    assert records(got.instances_dir) == ref_instances, name
+    np.testing.assert_array_equal(got.unigram_counts, ref.unigram_counts)
+    assert got.stats["corpus"] == ref.stats["corpus"], name
+    for split in ("train", "validation"):
+      for key in ("instances", "random_next", "tokens", "documents"):
+        assert got.stats["instances"][split][key] == ref.stats["instances"][split][key]
+
+
+def test_bad_input_is_counted_and_skipped(prepared):
+  cfg, got = prepared["two_workers"]
+  c = got.stats["corpus"]
+  # a.txt: one non-UTF-8 line, one line over 20,000 characters; d.txt another bad line;
+  # b.txt empty, c.txt blank lines only: two files without a document.
+  assert c["non_utf8_lines"] == 2 and c["truncated_lines"] == 1
+  assert c["empty_files"] == 2 and c["files"] == 7
+  root = os.path.dirname(os.path.dirname(got.documents_dir))
+  with open(os.path.join(root, "corpus_stats.json")) as f:
+    assert json.load(f)["stats"] == c
+  texts = [r.decode("utf-8", "replace") for r in records(got.documents_dir)["train"]]
+  assert not any("x" * 20001 in t for t in texts)
+
+
+def test_every_document_is_used_and_the_statistics_hold(prepared):
+  cfg, got = prepared["in_memory"]
+  c, inst = got.stats["corpus"], got.stats["instances"]
+  for split in ("train", "validation"):
+    assert (inst[split]["documents"] + inst[split].get("documents_empty_after_tokenization", 0)
+            == c[split + "_documents"])
+  assert got.unigram_counts.sum() == inst["train"]["tokens"]
+  # NSP labels over every stored pair: a fair coin.
+  source = loader.InstanceSource(got.instances_dir, "train")
+  labels = np.array([source[i][2] for i in range(len(source))])
+  assert abs(labels.mean() - 0.5) < 0.02
+  # Masking as the loader does it for training.
+  it = loader.make_train_iterator(cfg, got, 64, shard_index=0, shard_count=1)
+  chosen = candidates = as_mask = kept = 0
+  mask_id = got.special.mask
+  for _ in range(40):
+    batch = next(it)
+    w = batch["masked_lm_weights"] > 0
+    lengths = batch["input_mask"].sum(1)
+    chosen += w.sum()
+    candidates += (lengths - 3).sum()  # [CLS] and two [SEP]
+    rows = np.repeat(np.arange(len(w)), w.sum(1))
+    seen = batch["input_ids"][rows, batch["masked_lm_positions"][w]]
+    as_mask += (seen == mask_id).sum()
+    kept += (seen == batch["masked_lm_ids"][w]).sum()
+  assert abs(chosen / candidates - 0.15) < 0.01
+  assert abs(as_mask / chosen - 0.8) < 0.02 and abs(kept / chosen - 0.1) < 0.015
+
+
+def test_preparing_in_process_reuses_what_beam_built(prepared):
+  """Training prepares on demand in process: it must find the Beam build done."""
+  cfg, got = prepared["in_memory"]
+  done = os.path.join(os.path.dirname(os.path.dirname(got.instances_dir)), "prepared.json")
+  before = sorted(os.listdir(cfg.data_dir)), os.stat(done).st_mtime_ns
+  again = prepare_lib.prepare(cfg, verbose=False)
+  assert again.instances_dir == got.instances_dir
+  assert (sorted(os.listdir(cfg.data_dir)), os.stat(done).st_mtime_ns) == before
+
+
+_KILLED = "prepared.json"
+
+
+def test_a_killed_beam_preparation_reruns_to_the_same_dataset(tmp_path, make_config):
+  """SIGKILL during the instances pipeline: nothing is marked complete, and the rerun of the
+  same command gives the records of an in-process preparation."""
+  files = write_bad_files(str(tmp_path / "corpus"))
+  from tests.data.conftest import _TESTDATA  # pylint: disable=g-import-not-at-top
+  files += f",{_TESTDATA}/tiny_corpus.txt,{_TESTDATA}/paragraphs.txt"
+  cfg = config(make_config, tmp_path / "beam", files)
+  cfg.shard_documents = 2
+  command = [sys.executable, "-m", "bert_jax.data.prepare", "--config=configs/bert_tiny.py",
+             "--beam_runner=DirectRunner", "--beam_options=--direct_running_mode=in_memory"]
+  command += [f"--config.data.{k}={cfg[k]}" for k in (
+      "corpus", "text_files", "data_dir", "vocab_size", "max_seq_length", "dupe_factor",
+      "shard_documents", "validation_fraction", "max_line_chars")]
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+  deadline = time.time() + 120
+  while time.time() < deadline and not list((tmp_path / "beam").glob("nsp-*/*/incomplete.*")):
+    time.sleep(0.05)
+  child.send_signal(signal.SIGKILL)
+  child.wait()
+  assert list((tmp_path / "beam").glob("nsp-*")), "the instances stage never started"
+  assert not list((tmp_path / "beam").glob("nsp-*/" + _KILLED))
+  rerun = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert "[bert_jax.data] prepared" in rerun.stdout
+  got = prepare_lib.prepare(cfg, verbose=False)  # reuses the rerun's output
+  assert "beam_instances_builder" in got.instances_dir
+  ref_cfg = config(make_config, tmp_path / "ref", files)
+  ref_cfg.shard_documents = 2
+  ref = prepare_lib.prepare(ref_cfg, verbose=False)
+  assert records(got.instances_dir) == records(ref.instances_dir)
+  assert records(got.documents_dir) == records(ref.documents_dir)
+
+
+def test_training_from_a_beam_prepared_dataset_resumes_exactly(tmp_path):
+  """The loop trains on what Beam prepared (reusing it, not rebuilding), and a run resumed
+  from its step-2 checkpoint repeats the uninterrupted losses exactly."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+  from bert_jax.train import loop  # pylint: disable=g-import-not-at-top
+  from tests.train.test_loop import _losses, e2e_config  # pylint: disable=g-import-not-at-top
+  config = e2e_config(str(tmp_path / "data"), num_steps=4)
+  beam_built = prepare_lib.prepare(config.data, verbose=False, beam=IN_MEMORY)
+  assert "beam_instances_builder" in beam_built.instances_dir
+  full = str(tmp_path / "full")
+  task = registry.get_task(config)
+  assert loop.train_and_evaluate(config, full, task)["step"] == 4
+  assert task._prepared[16].instances_dir == beam_built.instances_dir  # pylint: disable=protected-access
+  losses = _losses(full)
+  assert sorted(losses) == [1, 2, 3, 4] and np.isfinite(list(losses.values())).all()
+  part = tmp_path / "part"
+  shutil.copytree(full, part)
+  shutil.rmtree(part / "checkpoints" / "4")
+  with open(part / "metrics.jsonl") as f:
+    rows = [line for line in f if json.loads(line).get("step", 0) <= 2]
+  with open(part / "metrics.jsonl", "w") as f:
+    f.writelines(rows)
+  assert loop.train_and_evaluate(config, str(part), registry.get_task(config))["step"] == 4
+  resumed = _losses(str(part))
+  assert resumed == losses
