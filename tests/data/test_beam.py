@@ -17,6 +17,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bert_jax.data import beam_util
+from bert_jax.data import corpora
 from bert_jax.data import loader
 from bert_jax.data import prepare as prepare_lib
 
@@ -231,3 +232,51 @@ def test_training_from_a_beam_prepared_dataset_resumes_exactly(tmp_path):
   assert loop.train_and_evaluate(config, str(part), registry.get_task(config))["step"] == 4
   resumed = _losses(str(part))
   assert resumed == losses
+
+
+class FakeBeamWiki(corpora._LocalBuilder):  # pylint: disable=protected-access
+  """A catalog dataset whose `_generate_examples` is a beam.PTransform, as tfds's
+  wikipedia/* and c4/* builders are (offline stand-in: their sources need the network)."""
+
+  runners = []  # the runner of each download_and_prepare that built it
+
+  def _info(self):
+    return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(
+        {"text": tfds.features.Text(), "title": tfds.features.Text()}))
+
+  def download_and_prepare(self, *args, download_config=None, **kwargs):
+    if not self.is_prepared():
+      FakeBeamWiki.runners.append(download_config and download_config.beam_runner)
+    return super().download_and_prepare(*args, download_config=download_config, **kwargs)
+
+  def _split_generators(self, dl_manager):
+    return {"train": self._generate_examples()}
+
+  def _generate_examples(self):
+    beam = tfds.core.lazy_imports.apache_beam
+    pages = [f"Article {i} opens here. It has a second sentence about topic {i}.\n"
+             f"A new paragraph of article {i}. Another sentence follows it." for i in range(30)]
+    pages[7] = ""  # an empty page: counted, skipped
+    return beam.Create([(str(i), {"text": t, "title": f"t{i}"}) for i, t in enumerate(pages)])
+
+
+def test_a_catalog_beam_builder_prepares_through_the_runner_then_our_stages(
+    tmp_path, make_config, testdata):
+  """corpus=tfds with a Beam-based catalog dataset (plus text files, as BERT's Wikipedia +
+  books): the dataset is prepared by tfds's Beam support on the given runner, then our
+  stages run; the result equals the in-process path's."""
+  common = dict(corpus="tfds", tfds_name="fake_beam_wiki", tfds_data_dir=str(tmp_path / "tfds"),
+                text_files=testdata("tiny_corpus.txt"), vocab_size=300, vocab_path=None,
+                validation_fraction=0.1)
+  beam_cfg = make_config(tmp_path / "beam", **common)
+  got = prepare_lib.prepare(beam_cfg, verbose=False, beam=IN_MEMORY)
+  assert FakeBeamWiki.runners == ["DirectRunner"]
+  c = got.stats["corpus"]
+  assert c["empty_documents"] == 1 and c["files"] == 1
+  assert c["documents"] == 29 + 6  # the pages but the empty one, the file's documents
+  ref = prepare_lib.prepare(make_config(tmp_path / "ref", **common), verbose=False)
+  assert FakeBeamWiki.runners == ["DirectRunner"]  # prepared once, then reused
+  assert records(got.documents_dir) == records(ref.documents_dir)
+  with open(got.vocab_path, "rb") as f, open(ref.vocab_path, "rb") as g:
+    assert f.read() == g.read()
+  assert records(got.instances_dir) == records(ref.instances_dir)
