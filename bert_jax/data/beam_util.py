@@ -27,6 +27,33 @@ class BeamRun:
     if self.runner not in RUNNERS:
       raise ValueError(f"--beam_runner={self.runner!r}; expected one of {', '.join(RUNNERS)}.")
 
+  def check_data_dir(self, data_dir: str) -> None:
+    """ValueError (one line) when this runner's workers could not write data_dir.
+
+    Every level is written by the workers where data_dir says, as array_record files
+    through tfds, and read back by the launcher. DirectRunner's workers share this
+    machine's disk. A cluster runner's workers need data_dir to be a path mounted on
+    every worker and on the launcher (NFS, Filestore, gcsfuse): a gs:// data_dir is built
+    on the launcher's disk and uploaded (data/mirror.py), which remote workers cannot do,
+    and array_record here neither reads nor writes gs:// itself. Dataflow workers have no
+    such mount, so DataflowRunner is refused for our stages (tfds's catalog builders, e.g.
+    `tfds build wikipedia/20230601.en`, do run there).
+    """
+    from bert_jax import paths  # pylint: disable=g-import-not-at-top
+    if self.runner == "DirectRunner":
+      return
+    if self.runner == "DataflowRunner":
+      raise ValueError(
+          "--beam_runner=DataflowRunner: Dataflow workers cannot write the array_record "
+          "levels of data.data_dir (no shared mount; array_record does not write gs:// "
+          "here); run the stages on DirectRunner, or FlinkRunner/SparkRunner with data_dir "
+          "on a mount every worker shares.")
+    if paths.is_remote(data_dir):
+      raise ValueError(
+          f"--beam_runner={self.runner} with data.data_dir={data_dir}: the workers write "
+          "the levels themselves, so data_dir must be a path mounted on every worker and "
+          "here (NFS, Filestore, gcsfuse), not an object-store url.")
+
   def pipeline_options(self):
     from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top
     return pipeline_options.PipelineOptions(shlex.split(self.options))

@@ -325,6 +325,8 @@ def prepare_named(cfg, verbose: bool = True, beam=None) -> tuple[PreparedData, s
   """`prepare`, and the name of the instances directory under data_dir (`nsp-<hash>`):
   what the other hosts of a pod `open_prepared` (data/hosts.py)."""
   _check_config(cfg)
+  if beam:
+    beam.check_data_dir(cfg.data_dir)
   store = _store(cfg)
   corpus_hash = content_hash(corpus_key(cfg))
   # Documents are read only to build the vocabulary or the instances: a run that finds

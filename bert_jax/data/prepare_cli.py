@@ -2,14 +2,16 @@
 
   python -m bert_jax.data.prepare --config configs/bert_base.py \
       --config.data.corpus=text --config.data.text_files='/corpus/*.txt' \
-      [--beam_runner=DataflowRunner --beam_options="--project=P --region=R ..."]
+      [--beam_runner=DirectRunner --beam_options="--direct_running_mode=multi_processing
+       --direct_num_workers=8"]
 
 Prepares what training with the same --config would (every phase's sequence length for
 BERT pretraining; documents, BPE and token streams for GPT's `lm` task) into the same
 config-hashed directories, and trains nothing: the training run then finds them done.
 Without --beam_runner the stages run here, as training would run them; with it, as Beam
 pipelines on that runner (documents, vocabulary and instances for BERT; documents for
-`lm`, whose BPE and streams stay in process).
+`lm`, whose BPE and streams stay in process). Which runners can write which data_dir:
+beam_util.BeamRun.check_data_dir (DataflowRunner is refused for our stages).
 """
 from __future__ import annotations
 
@@ -28,9 +30,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_conf
 flags.DEFINE_enum("beam_runner", None, list(beam_util.RUNNERS),
                   "Run the stages as Apache Beam pipelines on this runner; unset: in process.")
 flags.DEFINE_string("beam_options", "",
-                    "Beam pipeline options, one shell-quoted string, e.g. '--project=p "
-                    "--region=us-central1 --temp_location=gs://b/tmp --num_workers=50' or "
-                    "'--direct_running_mode=multi_processing --direct_num_workers=2'.")
+                    "Beam pipeline options, one shell-quoted string, e.g. "
+                    "'--direct_running_mode=multi_processing --direct_num_workers=2' or "
+                    "'--flink_master=host:8081 --environment_type=LOOPBACK'.")
 flags.mark_flags_as_required(["config"])
 
 

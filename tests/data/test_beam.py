@@ -280,3 +280,14 @@ def test_a_catalog_beam_builder_prepares_through_the_runner_then_our_stages(
   with open(got.vocab_path, "rb") as f, open(ref.vocab_path, "rb") as g:
     assert f.read() == g.read()
   assert records(got.instances_dir) == records(ref.instances_dir)
+
+
+def test_runners_whose_workers_cannot_write_data_dir_are_refused(make_config, tmp_path):
+  cfg = make_config(tmp_path / "data")
+  with pytest.raises(ValueError, match="Dataflow workers cannot write"):
+    prepare_lib.prepare(cfg, beam=beam_util.BeamRun("DataflowRunner", "--project=p"))
+  cfg.data_dir = "gs://bucket/data"
+  with pytest.raises(ValueError, match="FlinkRunner with data.data_dir=gs://bucket/data"):
+    prepare_lib.prepare(cfg, beam=beam_util.BeamRun("FlinkRunner"))
+  with pytest.raises(ValueError, match="--beam_runner='Dask'"):
+    beam_util.BeamRun("Dask")
