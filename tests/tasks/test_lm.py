@@ -157,3 +157,18 @@ def test_a_real_train_step_through_the_loop(tmp_path, configs_gpt_path):
   from bert_jax import generate  # pylint: disable=g-import-not-at-top
   assert generate.main(["--checkpoint", str(tmp_path / "work"), "--prompt", "The cat sat",
                         "--max_new_tokens", "4", "--top_p", "0.9"]) == 0
+
+
+def test_the_preparation_command_builds_gpt_documents_on_beam(tmp_path, configs_gpt_path):
+  """`python -m bert_jax.data.prepare` on an lm config: the documents stage on Beam, the
+  BPE and token streams in process; the same documents as the in-process path."""
+  from bert_jax.data import beam_util, prepare_cli  # pylint: disable=g-import-not-at-top
+  c = _lm_config(tmp_path, validation_fraction=0.2)
+  (beam_built,) = prepare_cli.prepare_config(
+      c, beam=beam_util.BeamRun("DirectRunner", "--direct_running_mode=in_memory"),
+      verbose=False)
+  ref = data_lib.prepare(c.data, verbose=False)  # reuses all of it
+  assert ref.streams_dir == beam_built.streams_dir
+  documents = [p for p in (tmp_path / "data").glob("documents-*/*/1.0.0")]
+  assert [p.parent.name for p in documents] == ["beam_documents_builder"]
+  assert sum(s["documents"] for s in beam_built.stats.values()) == len(DOCS)
