@@ -19,7 +19,6 @@ import errno
 import functools
 import json
 import logging
-import shutil
 import time
 from typing import Any, Optional
 
@@ -39,17 +38,6 @@ class CheckpointMismatchError(ValueError):
 
 class CheckpointSaveError(OSError):
   """A save failed for want of space; the earlier checkpoints are untouched."""
-
-
-def _out_of_space(e: BaseException) -> bool:
-  """ENOSPC anywhere in the exception chain (orbax/tensorstore wrap the OSError)."""
-  seen = set()
-  while e is not None and id(e) not in seen:
-    seen.add(id(e))
-    if getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e):
-      return True
-    e = e.__cause__ or e.__context__
-  return False
 
 
 @functools.cache
@@ -125,12 +113,9 @@ class Checkpointer:
     try:
       yield
     except Exception as e:  # noqa: BLE001 - only ENOSPC is translated; the rest re-raised
-      if not _out_of_space(e):
+      if not paths.out_of_space(e):
         raise
-      try:
-        free = f"{shutil.disk_usage(str(self.directory)).free / 2**20:.1f} MiB free"
-      except OSError:
-        free = "free space unknown"
+      free = paths.free_space(self.directory)
       raise CheckpointSaveError(
           errno.ENOSPC, f"checkpoint save of step {self._saving} failed: no space left on "
           f"device in {self.directory} ({free}). Saved steps {self.all_steps()} are intact; "

@@ -99,14 +99,15 @@ def main(argv):
   from bert_jax import paths, progress  # pylint: disable=g-import-not-at-top
   progress.set_enabled(config.get("progress", True))
   from bert_jax.checkpoint import CheckpointSaveError  # pylint: disable=g-import-not-at-top
+  from bert_jax.train.writer import MetricsWriteError  # pylint: disable=g-import-not-at-top
+  full_disk = (CheckpointSaveError, MetricsWriteError)
   try:
     paths.check_filesystem(FLAGS.workdir, "--workdir")
     paths.check_config(config)  # init_from, data and predict paths
     run(config, FLAGS.workdir)
-  except (ValueError, FileNotFoundError, FloatingPointError, CheckpointSaveError) as e:
+  except (ValueError, FileNotFoundError, FloatingPointError, *full_disk) as e:
     logging.error("%s", e)
-    print(f"error: {e.strerror if isinstance(e, CheckpointSaveError) else e}",
-          file=sys.stderr)
+    print(f"error: {e.strerror if isinstance(e, full_disk) else e}", file=sys.stderr)
     sys.exit(2)
 
 

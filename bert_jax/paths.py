@@ -8,8 +8,10 @@ silent write to a local directory named `gs:`.
 """
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
+import shutil
 
 from etils import epath
 
@@ -56,8 +58,32 @@ def write_atomically(path, data) -> None:
     return
   target.parent.mkdir(parents=True, exist_ok=True)
   tmp = target.parent / (target.name + ".tmp")
-  tmp.write_bytes(raw)
-  os.replace(tmp, target)
+  try:
+    tmp.write_bytes(raw)
+    os.replace(tmp, target)
+  except BaseException:
+    tmp.unlink(missing_ok=True)  # a full disk: the old file stays, no half-written tmp
+    raise
+
+
+def out_of_space(e: BaseException) -> bool:
+  """ENOSPC or EDQUOT anywhere in the exception chain (orbax/tensorstore wrap the OSError)."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    seen.add(id(e))
+    if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+        "No space left on device" in str(e)):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
+
+
+def free_space(path) -> str:
+  """`12.3 MiB free` on the disk of a local `path`, for a full-disk message."""
+  try:
+    return f"{shutil.disk_usage(str(path)).free / 2**20:.1f} MiB free"
+  except OSError:
+    return "free space unknown"
 
 
 # Path-valued config fields a run may read or write (those unset in a config are skipped).

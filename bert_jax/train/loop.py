@@ -8,6 +8,7 @@ checkpoints and preemption; (6) the final summary.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import signal
@@ -23,7 +24,7 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import parallel, progress
 from bert_jax.train import mfu
 from bert_jax.train import optim, steps, wandb_run
-from bert_jax.train.writer import MetricWriter, eval_report, log, progress_line
+from bert_jax.train.writer import MetricWriter, MetricsWriteError, eval_report, log, progress_line
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -49,6 +50,18 @@ class _Preemption:
   def __exit__(self, *exc):
     if self._previous is not None:
       signal.signal(signal.SIGTERM, self._previous)
+
+
+@contextlib.contextmanager
+def _saves_finish_on_full_disk(ckpt):
+  """A metrics.jsonl write that finds the disk full ends the run (MetricsWriteError, one
+  line from main): the checkpoint save under way finishes first, or fails as its own
+  one-line CheckpointSaveError, so what the message calls intact is."""
+  try:
+    yield
+  except MetricsWriteError:
+    ckpt.wait()
+    raise
 
 
 def _phase_plan(config, total_steps: int):
@@ -274,7 +287,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   loop_t0, loop_step0 = time.perf_counter(), start_step
   step = start_step
   step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
-  with _Preemption() as preempt, mesh:
+  with _Preemption() as preempt, _saves_finish_on_full_disk(ckpt), mesh:
     while step < total_steps:
       if _phase_of(plan, step) != phase:
         phase = _phase_of(plan, step)

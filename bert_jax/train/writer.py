@@ -9,6 +9,12 @@ config and the final metrics go to TensorBoard's hparams dashboard.
 
 Only process 0 writes; every process may call. A resumed run calls `resume_at(step)`
 first, so the steps it recomputes after its checkpoint are logged once, not twice.
+
+A full disk: metrics.jsonl is the run's record, so a write to it that finds no space ends
+the run with MetricsWriteError (one line: the directory, its free space, how to resume),
+the records written before intact and no partial line left. TensorBoard's events are a
+view of the same numbers: a failed event write (in tensorboardX's writer thread) turns
+TensorBoard off for the run with one warning, never a thread traceback or a hang.
 """
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 
 import jax
@@ -24,6 +31,58 @@ from absl import logging
 from etils import epath
 
 from bert_jax import paths
+
+
+class MetricsWriteError(OSError):
+  """metrics.jsonl could not be written for want of space; what it held is intact."""
+
+
+def _space_error(e: OSError, workdir: str, what: str) -> MetricsWriteError:
+  free = "" if paths.is_remote(workdir) else f" ({paths.free_space(workdir)})"
+  reason = os.strerror(e.errno).lower() if e.errno else "no space left on device"
+  return MetricsWriteError(
+      e.errno, f"{what} failed: {reason} in {workdir}{free}. The records and checkpoints "
+      "written before are intact; free space and run the same command again to resume.")
+
+
+class _GuardedEvents:
+  """tensorboardX's EventsWriter with its OSErrors kept instead of raised.
+
+  Its writer thread calls write_event / flush: an error raised there (a full disk) would
+  print the thread's traceback on stderr and end the thread, whose bounded queue would
+  then never drain again (the next add_scalar would block the run). Kept, the first error
+  ends the writing and the thread goes on draining the queue into nothing. close() is
+  quiet too, so no buffered event is left to fail once more when the process exits."""
+
+  def __init__(self, events):
+    self._events = events
+    self._lock = threading.Lock()  # the writer thread and close() on the main thread
+    self.error = None
+    self.closed = False
+
+  def _call(self, method, *args):
+    with self._lock:
+      if self.error is None and not self.closed:
+        try:
+          method(*args)
+        except OSError as e:
+          self.error = e
+
+  def write_event(self, event):
+    self._call(self._events.write_event, event)
+
+  def flush(self):
+    self._call(self._events.flush)
+    return True
+
+  def close(self):
+    with self._lock:
+      if not self.closed:
+        self.closed = True
+        try:
+          self._events.close()  # flushes; the file is closed even when that fails
+        except (OSError, ValueError) as e:
+          self.error = self.error or e
 
 
 class _Rewritten:
@@ -74,6 +133,8 @@ class MetricWriter:
     self._tb = None
     self._purge_step = None
     self._tb_dead = False
+    self._event_file = None
+    self._events = None  # the guarded tensorboardX EventsWriter
     self._jsonl = None
     if self.enabled:
       paths.resolve(workdir).mkdir(parents=True, exist_ok=True)
@@ -83,7 +144,31 @@ class MetricWriter:
   def _open_jsonl(self):
     if paths.is_remote(self.workdir):
       return _Rewritten(str(self._jsonl_path), append=True)
-    return open(self._jsonl_path, "a", encoding="utf-8")
+    # Unbuffered: each record is written (or fails) at once, so a full disk is seen at
+    # its own record and no buffer is left to fail again when the file is closed.
+    return open(self._jsonl_path, "ab", buffering=0)
+
+  def _append(self, step: int, line: str) -> None:
+    data = memoryview(line.encode("utf-8"))
+    local = not paths.is_remote(self.workdir)
+    start = os.fstat(self._jsonl.fileno()).st_size if local else None
+    try:
+      while data:
+        written = self._jsonl.write(data)  # a full disk may take part of it first
+        if not local or written is None:
+          break
+        data = data[written:]
+      self._jsonl.flush()
+    except OSError as e:
+      if not paths.out_of_space(e):
+        raise
+      if local:
+        try:
+          os.truncate(self._jsonl_path, start)  # no partial line: the file ends at a record
+        except OSError:
+          pass
+      self._close_tb_quietly()  # the run ends here: no event buffer left to fail at exit
+      raise _space_error(e, self.workdir, f"writing step {step} to metrics.jsonl") from None
 
   @property
   def tb(self):
@@ -93,24 +178,51 @@ class MetricWriter:
       _register_event_writers()
       self._tb = SummaryWriter(logdir=str(self.workdir), flush_secs=10, max_queue=1000,
                                purge_step=self._purge_step)
+      # tensorboardX's EventFileWriter: its EventsWriter, behind the guard for the writer
+      # thread and for close().
+      self._event_file = self._tb._get_file_writer().event_writer
+      ev = self._event_file
+      self._events = _GuardedEvents(ev._ev_writer)  # pylint: disable=protected-access
+      ev._ev_writer = ev._worker._record_writer = self._events  # pylint: disable=protected-access
     return self._tb
 
   def _tb_usable(self) -> bool:
-    """False once tensorboardX's writer thread has died. It writes the events from a
-    thread; when a write fails there (a full disk) the thread ends and its bounded queue is
-    never drained again, so further writes would block the run forever instead of letting
-    it stop with a clear error. metrics.jsonl keeps every record either way."""
+    """False once an event write failed (a full disk), or tensorboardX's writer thread
+    died otherwise: its bounded queue would never drain again, so further writes would
+    block the run. One warning; metrics.jsonl keeps every record either way."""
     if self._tb_dead:
       return False
-    writer = getattr(self.tb._get_file_writer(), "event_writer", None)  # pylint: disable=protected-access
-    worker = getattr(writer, "_worker", None)
-    if worker is not None and not worker.is_alive():
-      self._tb_dead = True
-      logging.warning("TensorBoard's event writer in %s stopped after a failed write (a full "
-                      "disk?): no more TensorBoard events this run; metrics.jsonl keeps every "
-                      "record.", self.workdir)
-      return False
+    try:
+      self.tb  # pylint: disable=pointless-statement
+    except OSError as e:  # no room for the event file itself
+      return self._tb_stopped(e)
+    if self._events.error is not None:
+      return self._tb_stopped(self._events.error)
+    if not self._worker_alive():
+      return self._tb_stopped("its writer thread ended")
     return True
+
+  def _worker_alive(self) -> bool:
+    worker = getattr(self._event_file, "_worker", None)  # None once closed
+    return worker is not None and worker.is_alive()
+
+  def _tb_stopped(self, why) -> bool:
+    self._tb_dead = True
+    logging.warning("TensorBoard's event writer in %s stopped after a failed write (%s): no "
+                    "more TensorBoard events this run; metrics.jsonl keeps every record.",
+                    self.workdir, why)
+    self._close_tb_quietly()
+    return False
+
+  def _close_tb_quietly(self) -> None:
+    """Stops tensorboardX's thread (it drains its queue into the guard) and closes the event
+    file, whose failures the guard keeps: nothing is left to fail at exit. A thread that
+    died otherwise cannot drain the queue, so only the file is closed then."""
+    if self._events is None or self._events.closed:
+      return
+    if self._worker_alive():
+      self._tb.close()
+    self._events.close()
 
   def resume_at(self, step: int) -> None:
     """The run continues after `step` (its checkpoint): records of later steps, which an
@@ -133,14 +245,13 @@ class MetricWriter:
             kept.append(line + "\n")
         except (ValueError, KeyError, TypeError):
           pass  # a partial last line: the write the kill interrupted
-    if paths.is_remote(self.workdir):
-      # One upload replaces an object whole (never a torn file); epath's fsspec rename
-      # would refuse to overwrite it anyway.
-      path.write_text("".join(kept), encoding="utf-8")
-    else:
-      tmp = path.parent / (path.name + ".tmp")
-      tmp.write_text("".join(kept), encoding="utf-8")
-      os.replace(tmp, path)
+    try:  # a reader sees the old file or the new one (one upload on an object store)
+      paths.write_atomically(path, "".join(kept))
+    except OSError as e:
+      if not paths.out_of_space(e):
+        raise
+      raise _space_error(e, self.workdir, "rewriting metrics.jsonl for the resumed "
+                         "run") from None
     self._jsonl = self._open_jsonl()
 
   def write_scalars(self, step: int, scalars: dict) -> None:
@@ -154,8 +265,7 @@ class MetricWriter:
         if math.isfinite(v):
           self.tb.add_scalar(k, v, step)
     record = {k: v if math.isfinite(v) else "n/a" for k, v in clean.items()}
-    self._jsonl.write(json.dumps({"step": int(step), "time": time.time(), **record}) + "\n")
-    self._jsonl.flush()
+    self._append(step, json.dumps({"step": int(step), "time": time.time(), **record}) + "\n")
     if self.wandb is not None:
       self.wandb.log(step, {k: v for k, v in clean.items() if math.isfinite(v)})
 
@@ -187,7 +297,7 @@ class MetricWriter:
   def close(self) -> None:
     if self.enabled:
       if self._tb is not None and self._tb_usable():
-        self._tb.close()
+        self._tb.close()  # its last flush may fail too: the guard keeps it
       self._jsonl.close()
       if self.wandb is not None:
         self.wandb.finish()

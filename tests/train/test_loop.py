@@ -239,6 +239,58 @@ def test_a_full_disk_stops_the_save_in_one_line_and_the_rerun_resumes(
       subprocess.run(["umount", "-l", str(disk)], check=False)  # lazy: never left mounted
 
 
+# `python -c` with this, then main's flags: bert_jax.main whose metrics.jsonl finds the disk
+# full at its 4th record (steps 1-3 written, checkpoint 2 saved), as a real full disk
+# fails a write (tests/train/test_writer.py fills a real tmpfs).
+_FULL_AT_STEP_4 = """
+import errno, os
+from bert_jax.train import writer
+real_open = writer.MetricWriter._open_jsonl
+class FullDisk:
+  def __init__(self, f):
+    self.f, self.records = f, 0
+  def write(self, data):
+    self.records += 1
+    if self.records == 4:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return self.f.write(data)
+  def __getattr__(self, name):
+    return getattr(self.f, name)
+writer.MetricWriter._open_jsonl = lambda self: FullDisk(real_open(self))
+from bert_jax import main
+main.entry()
+"""
+
+
+def test_a_full_disk_at_the_metrics_append_ends_in_one_line_and_the_rerun_resumes(
+    uninterrupted, data_dir, tmp_path):
+  """Not the checkpoint save but the metrics.jsonl append finds the disk full: the CLI
+  ends with exit 2 and one error line (no traceback), metrics.jsonl ends at the last whole
+  record, checkpoint 2 is intact, and the rerun resumes from it with the same losses."""
+  ref_dir, _ = uninterrupted
+  workdir = str(tmp_path / "run")
+  flags = _flags(e2e_config(data_dir), workdir)
+  env = procs.fault_campaign.child_env(
+      XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", _FULL_AT_STEP_4, *flags], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr and "Exception" not in proc.stderr, proc.stderr
+  assert re.fullmatch(
+      r"error: writing step 4 to metrics.jsonl failed: No space left on device in "
+      rf"{re.escape(workdir)} \([\d.]+ MiB free\)\. The records and checkpoints written "
+      r"before are intact; free space and run the same command again to resume\.",
+      proc.stderr.strip().splitlines()[-1], re.IGNORECASE), proc.stderr
+  assert sorted(_losses(workdir)) == [1, 2, 3]
+  assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps() == [2]
+  rerun = procs.main(flags)
+  assert rerun.returncode == 0 and "resumed from" in rerun.output, rerun.output[-3000:]
+  ref, got = _losses(ref_dir), _losses(workdir)
+  assert sorted(got) == [1, 2, 3, 4, 5, 6]
+  for step in range(1, 7):
+    assert got[step] == pytest.approx(ref[step], abs=1e-6), step
+
+
 def test_unknown_config_key_fails_clearly(tmp_path):
   proc = procs.main(["--config=configs/bert_tiny.py", f"--workdir={tmp_path}",
                      "--config.train.nmu_steps=3"], timeout=120)

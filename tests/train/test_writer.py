@@ -1,10 +1,17 @@
 """train/writer.py: what reaches TensorBoard and metrics.jsonl."""
+import errno
 import json
 import logging
 import math
+import os
+import re
+import subprocess
 import time
 
-from bert_jax.train.writer import MetricWriter, eval_report, flatten_config, progress_line
+import pytest
+
+from bert_jax.train.writer import (MetricWriter, MetricsWriteError, eval_report,
+                                   flatten_config, progress_line)
 
 
 def test_non_finite_scalars_are_n_a_in_jsonl_and_absent_from_tensorboard(tmp_path, caplog):
@@ -102,25 +109,134 @@ def test_resume_at_logs_every_step_once(tmp_path):
   assert starts == [4]  # SessionLog.START at 4: TensorBoard hides older events >= 4
 
 
-def test_a_dead_tensorboard_writer_thread_never_blocks_the_run(tmp_path, caplog):
-  """tensorboardX writes events from a thread with a bounded queue; a failed write (a full
-  disk) ends that thread. Later writes must not block on the undrained queue: TensorBoard
-  stops with one warning, metrics.jsonl keeps every record, close() returns."""
+class _FullDisk:
+  """A file on a disk with `room` bytes left: a write takes what fits, then a write that
+  finds nothing left raises ENOSPC, as a file on a full disk does."""
+
+  def __init__(self, f, room: int):
+    self._f, self.room = f, room
+
+  def write(self, data):
+    if self.room <= 0:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    n = min(len(data), self.room)
+    self.room -= n
+    return self._f.write(data[:n])
+
+  def flush(self):
+    if self.room <= 0:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return self._f.flush()
+
+  def __getattr__(self, name):
+    return getattr(self._f, name)
+
+
+def _quiet(stderr: str) -> None:
+  assert "Traceback" not in stderr and "Exception in thread" not in stderr, stderr
+  assert "Exception ignored" not in stderr, stderr
+
+
+def test_a_full_disk_under_tensorboard_never_blocks_nor_prints_a_thread_traceback(
+    tmp_path, caplog, capfd):
+  """tensorboardX writes events from a thread with a bounded queue. A failed write there
+  (a full disk) must not print the thread's traceback, nor leave the queue undrained
+  (later writes would block): TensorBoard stops with one warning, metrics.jsonl keeps
+  every record, close() returns."""
   w = MetricWriter(str(tmp_path), enabled=True)
   w.write_scalars(1, {"train/loss": 1.0})
-  event_writer = w.tb._get_file_writer().event_writer  # pylint: disable=protected-access
-
-  def full_disk(_):
-    raise OSError(28, "No space left on device")
-  event_writer._ev_writer.write_event = full_disk  # pylint: disable=protected-access
+  events = w._events._events._py_recordio_writer  # pylint: disable=protected-access
+  events._writer = _FullDisk(events._writer, room=0)  # pylint: disable=protected-access
   w.write_scalars(2, {"train/loss": 2.0})
-  event_writer._worker.join(timeout=30)  # pylint: disable=protected-access
-  assert not event_writer._worker.is_alive()  # pylint: disable=protected-access
+  deadline = time.monotonic() + 30
+  while w._events.error is None and time.monotonic() < deadline:  # the thread's write failed
+    time.sleep(0.05)
+  assert w._events.error.errno == errno.ENOSPC  # pylint: disable=protected-access
   with caplog.at_level(logging.WARNING):
     for step in range(3, 3 + 300):  # 300 x 12 events: far more than the queue holds
       w.write_scalars(step, {f"perf/m{i}": float(i) for i in range(12)})
     w.write_text("note", "after the failure")
     w.close()
   assert caplog.text.count("event writer") == 1 and "stopped after a failed write" in caplog.text
+  assert "No space left on device" in caplog.text
   rows = [json.loads(l) for l in open(tmp_path / "metrics.jsonl")]
   assert [r["step"] for r in rows] == list(range(1, 303))
+  _quiet(capfd.readouterr().err)
+
+
+def test_a_dead_tensorboard_thread_never_blocks_the_run(tmp_path, caplog):
+  """The writer thread ended by anything else (not an OSError the guard keeps): its queue
+  is never drained again, so TensorBoard stops instead of blocking the run."""
+  w = MetricWriter(str(tmp_path), enabled=True)
+  w.write_scalars(1, {"train/loss": 1.0})
+  worker = w._event_file._worker  # pylint: disable=protected-access
+  worker.stop()  # as if it had died: nothing drains the queue any more
+  with caplog.at_level(logging.WARNING):
+    for step in range(2, 2 + 300):
+      w.write_scalars(step, {f"perf/m{i}": float(i) for i in range(12)})
+    w.close()
+  assert "its writer thread ended" in caplog.text
+  assert len(open(tmp_path / "metrics.jsonl").readlines()) == 301
+
+
+def test_a_full_disk_at_the_metrics_append_is_one_error_and_no_partial_line(tmp_path, capfd):
+  w = MetricWriter(str(tmp_path), enabled=True)
+  w.write_scalars(1, {"train/loss": 1.0})
+  w.write_scalars(2, {"train/loss": 2.0})
+  before = (tmp_path / "metrics.jsonl").read_bytes()
+  w._jsonl = _FullDisk(w._jsonl, room=25)  # pylint: disable=protected-access
+  with pytest.raises(MetricsWriteError) as e:
+    w.write_scalars(3, {"train/loss": 3.0})  # 25 bytes of it written, then ENOSPC
+  assert re.fullmatch(
+      rf"writing step 3 to metrics.jsonl failed: no space left on device in "
+      rf"{re.escape(str(tmp_path))} \([\d.]+ MiB free\)\. The records and checkpoints "
+      r"written before are intact; free space and run the same command again to resume\.",
+      e.value.strerror), e.value.strerror
+  assert e.value.errno == errno.ENOSPC and isinstance(e.value, OSError)
+  assert (tmp_path / "metrics.jsonl").read_bytes() == before  # the partial line is gone
+  _quiet(capfd.readouterr().err)
+
+
+@pytest.fixture()
+def full_disk(tmp_path):
+  """A 1 MiB tmpfs, filled to the last byte after the test's first writes (root only)."""
+  disk = tmp_path / "disk"
+  disk.mkdir()
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                    capture_output=True).returncode:
+    pytest.skip("mounting a tmpfs is not allowed here")
+
+  def fill():
+    with open(disk / "filler", "wb", buffering=0) as f:
+      try:
+        while True:
+          f.write(b"\0" * 4096)
+      except OSError as e:
+        assert e.errno == errno.ENOSPC
+  try:
+    yield disk, fill
+  finally:
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_real_full_disk_keeps_every_record_and_says_so_in_one_line(full_disk, caplog, capfd):
+  disk, fill = full_disk
+  w = MetricWriter(str(disk), enabled=True)
+  w.write_scalars(1, {"train/loss": 1.0})
+  fill()
+  with caplog.at_level(logging.WARNING), pytest.raises(MetricsWriteError) as e:
+    for step in range(2, 10_000):  # metrics.jsonl's last page fills, then the next fails
+      w.write_scalars(step, {f"train/m{i}": float(i) for i in range(12)})
+  assert e.value.strerror.startswith(f"writing step {step} to metrics.jsonl failed: no space "
+                                     f"left on device in {disk} (0.0 MiB free).")
+  steps = [json.loads(l)["step"] for l in open(disk / "metrics.jsonl")]  # every line whole
+  assert steps == list(range(1, step))
+  # A rerun on the still-full disk: its resume rewrite fails as one error, the file as it was.
+  before = (disk / "metrics.jsonl").read_bytes()
+  with pytest.raises(MetricsWriteError, match="rewriting metrics.jsonl for the resumed run "
+                                              "failed: no space left on device"):
+    MetricWriter(str(disk), enabled=True).resume_at(step // 2)
+  assert (disk / "metrics.jsonl").read_bytes() == before
+  assert sorted(p.name for p in disk.iterdir() if not p.name.startswith("events")) == [
+      "filler", "metrics.jsonl"]  # no .tmp left behind
+  _quiet(capfd.readouterr().err)
