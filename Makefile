@@ -38,11 +38,12 @@ test: $(TEST_STAMP)
 test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
 
-# Pretrain bert_tiny on the embedded corpus (CPU, a few minutes), then show what it
-# learned: fill-mask on a few sentences and the held-out MLM accuracy.
+# Pretrain bert_tiny on the embedded corpus (CPU, a few minutes; configs/bert_tiny.py:demo),
+# then show what it learned: held-out MLM accuracy next to two count baselines on the same
+# masked positions, and fill-mask on three held-out sentences next to the unigram prior.
 demo: $(STAMP)
-	$(BIN)/python -m bert_jax.main --config configs/bert_tiny.py --workdir $(WORKDIR)
-	$(BIN)/python -m bert_jax.fill_mask --checkpoint $(WORKDIR) \
+	$(BIN)/python -m bert_jax.main --config configs/bert_tiny.py:demo --workdir $(WORKDIR)
+	$(BIN)/python -m bert_jax.demo_report --workdir $(WORKDIR) \
 	  --text "the prime minister said the [MASK] would be announced today ." \
 	  --text "the [MASK] was killed in the attack ." \
 	  --text "the government has [MASK] the new laws ."

@@ -20,9 +20,9 @@ def load(name):
   return module
 
 
-CASES = ([("bert_tiny", None), ("bert_base", None), ("bert_base", "mlm_only"),
-          ("bert_large", None), ("bert_large", "s512"), ("word2vec", None),
-          ("finetune_classification", None),
+CASES = ([("bert_tiny", None), ("bert_tiny", "demo"), ("bert_base", None),
+          ("bert_base", "mlm_only"), ("bert_large", None), ("bert_large", "s512"),
+          ("word2vec", None), ("finetune_classification", None),
           ("finetune_classification", "file"), ("finetune_ner", None), ("finetune_ner", "file"),
           ("finetune_squad", None), ("finetune_squad", "v2.0"), ("finetune_squad", "file"),
           ("gpt", None), ("gpt", "small"), ("gpt", "tiny,text"), ("gpt", "small,tfds")]

@@ -1,0 +1,104 @@
+"""Which recipe moves the demo's held-out MLM accuracy (bench/RESULTS.md "Demo recipe").
+
+Each variant is configs/bert_tiny.py:bert (BERT's original recipe) plus the overrides of
+one or more Cramming moves (Geiping & Goldstein 2022), trained for the same number of
+steps; its held-out accuracy is scored with the two count baselines on the same masked
+positions (bert_jax/demo_report.py). Quality is not timing-sensitive, so run it under the
+shared CPU lock; steps/s for the 8-minute budget come from `--time` runs on an idle machine:
+
+  /work/tools/cpu python bench/demo_recipe.py --steps 1200 --variants bert,nsp_off,...
+  /work/tools/bench-idle python bench/demo_recipe.py --time --steps 150 --variants ...
+
+Prints one JSON line per variant (accuracy, baselines, or steps/s after the compile).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(BENCH_DIR))
+from bench import bench_util  # noqa: E402  pylint: disable=g-import-not-at-top
+
+# The moves, as config overrides on top of configs/bert_tiny.py:bert.
+MOVES = {
+    "nsp_off": {"data.mode": "mlm_packed"},
+    "pre_ln": {"model.pre_ln": True},
+    "dropout_off": {"model.dropout_rate": 0.0},
+    # One-cycle: linear up to the peak at half the run, linear down to 0 at the end.
+    "one_cycle": {"train.warmup_fraction": 0.5},
+    "vocab4k": {"model.vocab_size": 4096, "data.vocab_size": 4096},
+    "vocab2k": {"model.vocab_size": 2048, "data.vocab_size": 2048},
+    "lr2e3": {"train.learning_rate": 2e-3},
+    "lr3e3": {"train.learning_rate": 3e-3},
+    "lr4e3": {"train.learning_rate": 4e-3},
+    "batch64": {"train.batch_size": 64},
+    "batch128": {"train.batch_size": 128},
+    "batch16": {"train.batch_size": 16},
+    "seq64": {"data.max_seq_length": 64, "data.max_predictions_per_seq": 10},
+    "wd0.1": {"train.weight_decay": 0.1},
+    # More predictions per sequence (Wettig et al. 2023: 40% beats 15% for MLM).
+    "mask30": {"data.masked_lm_prob": 0.3, "data.max_predictions_per_seq": 40},
+    "b2_98": {"train.b2": 0.98},
+}
+
+
+def overrides(variant: str) -> dict:
+  """'bert' or moves joined by '+', e.g. 'nsp_off+pre_ln+dropout_off'."""
+  out = {}
+  if variant != "bert":
+    for move in variant.split("+"):
+      if move not in MOVES:
+        raise bench_util.BenchError(f"unknown move {move!r}; known: {sorted(MOVES)}")
+      out.update(MOVES[move])
+  return out
+
+
+def run_variant(python: str, variant: str, steps: int, root: str, data_dir: str,
+                timing: bool, config: str) -> dict:
+  workdir = os.path.join(root, variant + ("_time" if timing else ""))
+  flags = {"train.num_steps": steps, "train.eval_every": 0 if timing else steps,
+           "train.eval_steps": 0, "train.checkpoint_every": steps, "train.log_every": 50,
+           "train.warmup_steps": max(1, steps // 10), "data.data_dir": data_dir,
+           "progress": False, **overrides(variant)}
+  argv = [python, "-m", "bert_jax.main", f"--config={config}", f"--workdir={workdir}"]
+  argv += [f"--config.{k}={v}" for k, v in flags.items()]
+  subprocess.run(argv, check=True, env=bench_util.child_env(), stdout=subprocess.DEVNULL)
+  rows = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
+  result = {"variant": variant, "steps": steps}
+  if timing:  # the windows after the first (which holds the compile)
+    times = [r["perf/step_time_s"] for r in rows if "perf/step_time_s" in r][1:]
+    result["steps_per_s"] = len(times) / sum(times) if times else float("nan")
+    return result
+  from bert_jax import demo_report  # pylint: disable=g-import-not-at-top
+  with open(os.devnull, "w") as null:
+    got = demo_report.report(workdir, [], out=null)["accuracy"]
+  final = [r for r in rows if "train/loss" in r][-1]
+  result.update(model=got["model"], most_frequent=got["most frequent"], bigram=got["bigram"],
+                train_loss=final["train/loss"])
+  return result
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--variants", required=True, help="comma-separated variants")
+  parser.add_argument("--steps", type=int, default=1200)
+  parser.add_argument("--time", action="store_true", help="steps/s only (no eval)")
+  parser.add_argument("--root", default="/tmp/demo_recipe")
+  parser.add_argument("--data_dir", default="/tmp/demo_recipe_data")
+  parser.add_argument("--config", default="configs/bert_tiny.py:bert")
+  parser.add_argument("--python", default=sys.executable)
+  args = parser.parse_args()
+  print(json.dumps({"command": " ".join(sys.argv), "load_start": bench_util.load_line("start")}),
+        flush=True)
+  for variant in args.variants.split(","):
+    print(json.dumps(run_variant(args.python, variant, args.steps, args.root, args.data_dir,
+                                 args.time, args.config)), flush=True)
+  print(json.dumps({"load_end": bench_util.load_line("end")}), flush=True)
+
+
+if __name__ == "__main__":
+  main()

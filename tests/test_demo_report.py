@@ -1,0 +1,107 @@
+"""demo_report: the count baselines, the held-out check, and a real tiny run's report."""
+import collections
+import json
+import os
+
+import numpy as np
+import pytest
+
+from bert_jax import demo_report
+from bert_jax.data import tokenizer as tokenizer_lib
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+TINY_VOCAB = os.path.join(ROOT, "tests", "testdata", "hf", "tiny_bert", "vocab.txt")
+LINES = ["the cat sat on the mat", "the cat is big", "the dog sat on the tree",
+         "a dog sat", "the cat sat"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+  return tokenizer_lib.load_tokenizer(TINY_VOCAB)
+
+
+def _naive_counts(lines, tok):
+  """Unigram and successor counts with plain Python dicts (the reference)."""
+  uni, succ = collections.Counter(), collections.defaultdict(collections.Counter)
+  for line in lines:
+    ids = tok.encode(line, add_special_tokens=False).ids
+    uni.update(ids)
+    for a, b in zip(ids, ids[1:]):
+      succ[a][b] += 1
+  best = {a: min(c, key=lambda b: (-c[b], b)) for a, c in succ.items()}
+  return uni, best
+
+
+def test_counts_equal_naive_counting(tok):
+  counts = demo_report.count_tokens(LINES, tok, tok.get_vocab_size())
+  uni, best = _naive_counts(LINES, tok)
+  the, cat, sat = (tok.token_to_id(w) for w in ("the", "cat", "sat"))
+  assert counts.unigram[the] == uni[the] == 6 and counts.most_frequent == the
+  # "the" is followed by cat x3, mat, dog, tree: its successor is "cat"; "sat" -> "on".
+  assert counts.successor[the] == cat == best[the]
+  assert counts.successor[sat] == tok.token_to_id("on")
+  for a in range(tok.get_vocab_size()):
+    assert counts.successor[a] == best.get(a, -1)
+  # An unseen left neighbour (and [MASK]) falls back to the most frequent token.
+  mask = tok.token_to_id("[MASK]")
+  np.testing.assert_array_equal(counts.bigram(np.array([[the, mask], [sat, 0]])),
+                                [[cat, the], [tok.token_to_id("on"), the]])
+
+
+def test_held_out_check(tok):
+  counts = demo_report.count_tokens(LINES, tok, tok.get_vocab_size())
+  assert not demo_report.is_held_out("the [MASK] sat on the mat", counts)
+  assert not demo_report.is_held_out("[CLS] a dog [MASK] [SEP]", counts)
+  assert demo_report.is_held_out("the [MASK] sat on the sky", counts)
+
+
+def test_bad_workdir_one_line(tmp_path, capsys):
+  assert demo_report.main(["--workdir", str(tmp_path / "none"), "--text", "a [MASK]"]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("demo_report: error: ")
+
+
+def test_report_of_a_tiny_run(tmp_path, capsys):
+  """A 6-step run whose loop evaluated the whole validation split: the report's model
+  accuracy is the loop's, and the baselines equal naive counting on the same batches."""
+  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+  from bert_jax.train import loop  # pylint: disable=g-import-not-at-top
+  from tests.train.test_loop import e2e_config  # pylint: disable=g-import-not-at-top
+  config = e2e_config(str(tmp_path / "data"))
+  data = os.path.join(ROOT, "tests", "testdata", "data")
+  config.data.update(text_files=",".join(os.path.join(data, f) for f in (
+      "tiny_corpus.txt", "paragraphs.txt")), validation_fraction=0.2, vocab_size=400)
+  config.model.vocab_size = 400
+  config.train.update(eval_every=6, eval_steps=0)
+  workdir = str(tmp_path / "run")
+  loop.train_and_evaluate(config, workdir, registry.get_task(config))
+  got = demo_report.report(workdir, ["the [MASK] of the"], top_k=3)
+  out = capsys.readouterr().out
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    logged = [json.loads(l) for l in f if "eval/mlm_accuracy" in l][-1]["eval/mlm_accuracy"]
+  acc = got["accuracy"]
+  assert acc["model"] == pytest.approx(logged, abs=1e-6)
+
+  task, _, _ = demo_report.load_run(workdir)
+  prepared = next(iter(task._prepared.values()))  # pylint: disable=protected-access
+  tok = prepared.tokenizer()
+  uni, best = _naive_counts(demo_report.train_lines(prepared.documents_dir), tok)
+  for s in demo_report.special_ids(tok):
+    uni.pop(s, None)
+  top = min(uni, key=lambda t: (-uni[t], t))
+  hits = collections.Counter()
+  for batch in task.eval_iterator({}, 8, 0, 1):
+    for r in range(len(batch["input_ids"])):
+      for pos, target, w in zip(batch["masked_lm_positions"][r], batch["masked_lm_ids"][r],
+                                batch["masked_lm_weights"][r]):
+        if w:
+          left = int(batch["input_ids"][r][pos - 1])
+          hits["n"] += 1
+          hits["mf"] += target == top
+          hits["bigram"] += target == best.get(left, top)
+  assert acc["positions"] == hits["n"] > 0
+  assert acc["most frequent"] == pytest.approx(hits["mf"] / hits["n"])
+  assert acc["bigram"] == pytest.approx(hits["bigram"] / hits["n"])
+  assert f"most frequent token ({tok.id_to_token(top)!r})" in out
+  assert "the [MASK] of the" in out and "unigram prior: " in out
+  assert len(got["fills"][0][0]) == 3
