@@ -169,9 +169,7 @@ def report(workdir: str, texts: Sequence[str], top_k: int = 5,
     fills.append(masks)
     held = "held out" if is_held_out(text, counts) else "IN THE TRAINING DOCUMENTS"
     p(f"\n{text}   ({held})")
-    for k, candidates in enumerate(masks):
-      label = "[MASK]" if len(masks) == 1 else f"[MASK] {k + 1}"
-      p(f"  {label} model: " + "  ".join(f"{t} {q:.3f}" for t, q in candidates))
+    p("\n".join(fill_mask.mask_lines(masks, " model")))
     p(f"  unigram prior: {prior_line}")
   return {"accuracy": acc, "fills": fills, "most_frequent": mf}
 
@@ -191,9 +189,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
   except SystemExit as e:
     return int(e.code or 0)
+  from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
   try:
-    if args.top_k < 1:
-      raise InputError(f"--top_k must be >= 1, got {args.top_k}")
+    fill_mask.check_top_k(args.top_k)
     report(args.workdir, args.text, args.top_k)
   except InputError as e:
     print(f"demo_report: error: {e}", file=sys.stderr)

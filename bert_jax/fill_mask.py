@@ -79,6 +79,20 @@ def fill(model: loader.Loaded, text: str, top_k: int) -> list[list[tuple[str, fl
   return out
 
 
+def check_top_k(top_k: int) -> None:
+  if top_k < 1:
+    raise InputError(f"--top_k must be >= 1, got {top_k}")
+
+
+def mask_lines(masks: list[list[tuple[str, float]]], suffix: str = "") -> list[str]:
+  """fill()'s result as printed: one line per [MASK], `  [MASK]<suffix>: tok p  tok p`."""
+  lines = []
+  for k, candidates in enumerate(masks):
+    label = "[MASK]" if len(masks) == 1 else f"[MASK] {k + 1}"
+    lines.append(f"  {label}{suffix}: " + "  ".join(f"{t} {p:.3f}" for t, p in candidates))
+  return lines
+
+
 def held_out_accuracy(path: str) -> Optional[tuple[int, float]]:
   """(step, eval/mlm_accuracy) of the last evaluation logged in path/metrics.jsonl."""
   metrics = os.path.join(path, "metrics.jsonl")
@@ -113,8 +127,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except SystemExit as e:
     return int(e.code or 0)
   try:
-    if args.top_k < 1:
-      raise InputError(f"--top_k must be >= 1, got {args.top_k}")
+    check_top_k(args.top_k)
     model = loader.load(args.checkpoint)
     check_mlm_head(model)
     results = [fill(model, text, args.top_k) for text in args.text]
@@ -122,10 +135,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"fill_mask: error: {e}", file=sys.stderr)
     return 2
   for text, masks in zip(args.text, results):
-    print(text)
-    for k, candidates in enumerate(masks):
-      label = "[MASK]" if len(masks) == 1 else f"[MASK] {k + 1}"
-      print(f"  {label}: " + "  ".join(f"{t} {p:.3f}" for t, p in candidates))
+    print("\n".join([text] + mask_lines(masks)))
   accuracy = held_out_accuracy(args.checkpoint) if os.path.isdir(args.checkpoint) else None
   if accuracy:
     print(f"held-out MLM accuracy: {accuracy[1]:.4f} (step {accuracy[0]}, "
