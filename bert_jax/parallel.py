@@ -7,6 +7,7 @@ this table or of the mesh shape in the config, never of model code.
 """
 from __future__ import annotations
 
+import contextvars
 import functools
 import math
 from typing import Any, Sequence
@@ -170,9 +171,27 @@ def traced_on(mesh: Mesh, fn):
   """
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-      return fn(*args, **kwargs)
+    token = _TRACE_PLATFORM.set(mesh.devices.flat[0].platform)
+    try:
+      with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        return fn(*args, **kwargs)
+    finally:
+      _TRACE_PLATFORM.reset(token)
   return wrapped
+
+
+# The platform of the mesh a step is being traced on (set by `traced_on`).
+_TRACE_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "bert_jax_trace_platform", default=None)
+
+
+def trace_platform() -> str:
+  """"tpu" / "gpu" / "cpu": what the code being traced will compile for. Inside
+  `traced_on` the mesh's devices say it (an AOT compile traces for a TPU topology on a CPU
+  host); elsewhere jax's default backend. Per-platform kernels (layers/splash.py) ask this.
+  """
+  platform = _TRACE_PLATFORM.get() or jax.default_backend()
+  return "gpu" if platform in ("cuda", "rocm") else platform
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:

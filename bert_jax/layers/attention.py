@@ -9,14 +9,17 @@ from __future__ import annotations
 import functools
 from typing import Optional
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from bert_jax import parallel
 from bert_jax.layers import dropout as dropout_lib
 from bert_jax.layers import positional
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.layers import dense as dense_lib
+from bert_jax.layers import splash as splash_lib
 
 Array = jax.Array
 
@@ -51,6 +54,54 @@ def segment_mask(query_segments: Array, key_segments: Array | None = None) -> Ar
   return same & (key_segments[:, None, None, :] > 0)
 
 
+@flax.struct.dataclass
+class SegmentMask:
+  """A mask kept as segment ids: query i may attend key j when q_ids[i] == kv_ids[j] > 0
+  (and j <= i when causal), i.e. `segment_mask` (& `causal_mask`) without the
+  [batch, 1, q_len, kv_len] bools, which splash attention (layers/splash.py) never builds.
+
+  q_ids [batch, q_len] / kv_ids [batch, kv_len] int; q_ids None: every query (a key
+  padding mask: kv_ids = input_mask); both None: no mask beyond `causal`. Every mask a
+  model builds outside decoding has this form; `dense` gives the bools for other paths.
+  """
+  q_ids: Optional[Array] = None
+  kv_ids: Optional[Array] = None
+  causal: bool = flax.struct.field(pytree_node=False, default=False)
+
+  def dense(self, q_len: int, kv_len: int) -> Optional[Array]:
+    """The same mask as bools broadcastable to [batch, 1, q_len, kv_len] (None: none)."""
+    mask = None
+    if self.kv_ids is not None:
+      mask = (padding_mask(self.kv_ids > 0) if self.q_ids is None
+              else segment_mask(self.q_ids, self.kv_ids))
+    if self.causal:
+      mask = combine_masks(jnp.tril(jnp.ones((q_len, kv_len), bool))[None, None], mask)
+    return mask
+
+
+def as_dense(mask, q_len: int, kv_len: int) -> Optional[Array]:
+  """A SegmentMask as bools (see SegmentMask.dense); a bool mask or None as it is."""
+  return mask.dense(q_len, kv_len) if isinstance(mask, SegmentMask) else mask
+
+
+def row_mask(input_mask: Array | None = None,
+             packed_segment_ids: Array | None = None) -> SegmentMask | None:
+  """Self-attention over a row as segment ids: real keys only (input_mask [batch, len]),
+  and with packed rows only those of the query's document (packed_segment_ids, 0 = pad).
+  The same mask as padding_mask(input_mask) & segment_mask(packed_segment_ids)."""
+  if packed_segment_ids is None:
+    return None if input_mask is None else SegmentMask(None, input_mask)
+  keys = packed_segment_ids if input_mask is None else packed_segment_ids * (input_mask > 0)
+  return SegmentMask(packed_segment_ids, keys)
+
+
+def add_causal(mask, length: int):
+  """mask AND causal: a SegmentMask (or None) stays ids with causal set; bools are combined."""
+  if mask is None or isinstance(mask, SegmentMask):
+    return (mask or SegmentMask()).replace(causal=True)
+  return combine_masks(causal_mask(length), mask)
+
+
 def combine_masks(*masks: Optional[Array]) -> Optional[Array]:
   """Logical AND of the given masks (None entries ignored); None if all are None."""
   masks = [m for m in masks if m is not None]
@@ -75,6 +126,7 @@ def reference_attention(query: Array, key: Array, value: Array, bias: Array | No
     (output [batch, q_len, heads, d_v], weights [batch, heads, q_len, kv_len] float32).
   """
   d_k = query.shape[-1]
+  mask = as_dense(mask, query.shape[1], key.shape[1])
   logits = jnp.einsum("bqhd,bkhd->bhqk", query, key,
                       preferred_element_type=jnp.float32) / jnp.sqrt(d_k).astype(jnp.float32)
   if bias is not None:
@@ -95,12 +147,22 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
                           implementation: str = "auto"):
   """Scaled dot-product attention, fused where possible. Returns [batch, q_len, heads, d_v].
 
-  `implementation`: "auto" / "xla" / "cudnn" go through `jax.nn.dot_product_attention`
-  ("cudnn" is flash attention on NVIDIA GPUs, bf16/fp16 only); "reference" is the
-  written-out path. Attention dropout is not supported by the fused kernels, so an
-  active dropout falls back to the reference path (set attention_dropout_rate=0 for speed).
+  `implementation`: "splash" is the Pallas flash kernel for TPU (layers/splash.py: a
+  SegmentMask or no mask, no bias, no attention dropout; an error says what is missing);
+  "xla" / "cudnn" go through `jax.nn.dot_product_attention` ("cudnn" is flash attention on
+  NVIDIA GPUs, bf16/fp16 only); "reference" is the written-out path; "auto" picks splash
+  on TPU where it applies, cuDNN on GPU in bf16/fp16, else XLA. Attention dropout is not
+  supported by the fused kernels, so an active dropout takes the reference path (set
+  attention_dropout_rate=0 for speed).
   """
   dropout_active = not deterministic and dropout_rate > 0.0
+  if implementation in ("auto", "splash"):
+    why_not = splash_lib.unsupported(query, key, value, bias, mask, dropout_active)
+    if implementation == "splash" and why_not:
+      raise ValueError(f"model.attention_impl='splash' cannot run this attention: {why_not}.")
+    if implementation == "splash" or (parallel.trace_platform() == "tpu" and not why_not):
+      return splash_lib.splash_attention(query, key, value, mask, dtype)
+  mask = as_dense(mask, query.shape[1], key.shape[1])
   if (implementation == "reference" or dropout_active or query.shape[-1] != value.shape[-1]):
     return reference_attention(query, key, value, bias, mask, dropout_rng, dropout_rate,
                                deterministic, dtype)[0]
@@ -110,7 +172,10 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     mask = jnp.broadcast_to(mask, (q.shape[0], mask.shape[1], q.shape[1], k.shape[1]))
   if bias is not None:
     bias = bias.astype(dtype)
-  impl = None if implementation == "auto" else implementation
+  impl = implementation if implementation in ("xla", "cudnn") else None
+  if (implementation == "auto" and parallel.trace_platform() == "gpu"
+      and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)):
+    impl = "cudnn"
   return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
 
 
@@ -204,6 +269,10 @@ class MultiHeadAttention(nn.Module):
       query = positional.apply_rotary(query, positions, cfg.rotary_base)
       key = positional.apply_rotary(key, kv_positions, cfg.rotary_base)
 
+    impl = cfg.attention_impl
+    if cfg.decode:  # a few queries against the cache: splash's blocks do not apply
+      mask = as_dense(mask, query.shape[1], key.shape[1])
+      impl = "xla" if impl in ("auto", "splash") else impl
     if cfg.decode and self_attention:
       key, value, mask = self._update_cache(key, value, mask)
       if bias is not None and bias.shape[-1] > key.shape[1]:
@@ -222,7 +291,7 @@ class MultiHeadAttention(nn.Module):
     else:
       out = dot_product_attention(
           query, key, value, bias, mask, dropout_rng, cfg.attention_dropout_rate,
-          cfg.deterministic, cfg.compute_dtype, cfg.attention_impl)
+          cfg.deterministic, cfg.compute_dtype, impl)
     # out: [batch, q_len, heads, d_v] -> W^O -> [batch, q_len, d_model]
     return nn.DenseGeneral(
         features=inputs_q.shape[-1], axis=(-2, -1), use_bias=cfg.use_bias,

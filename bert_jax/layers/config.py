@@ -15,7 +15,7 @@ import jax.numpy as jnp
 POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch")
-ATTENTION_IMPLS = ("auto", "xla", "cudnn", "reference")
+ATTENTION_IMPLS = ("auto", "splash", "xla", "cudnn", "reference")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,7 +45,8 @@ class TransformerConfig:
   use_bias: bool = True
   dtype: str = "float32"            # compute dtype ("bfloat16" on accelerators)
   param_dtype: str = "float32"
-  attention_impl: str = "auto"      # one of ATTENTION_IMPLS
+  # One of ATTENTION_IMPLS; "auto": splash on TPU, cuDNN on GPU, XLA on CPU (attention.py).
+  attention_impl: str = "auto"
   scan_layers: bool = False
   # The Dense layers' gradient as 2-D matmuls (layers/dense.py): faster on XLA:CPU, more
   # FSDP communication on TPU. None = per platform (train/defaults.for_platform): CPU.

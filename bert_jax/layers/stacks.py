@@ -68,7 +68,8 @@ class Encoder(nn.Module):
   @nn.compact
   def __call__(self, x: Array, mask: Array | None = None, positions: Array | None = None,
                output_hidden_states: bool = False):
-    """x [batch, len, d] (embedded inputs); mask [batch, 1, len, len] bool.
+    """x [batch, len, d] (embedded inputs); mask an attention.SegmentMask (what models
+    pass: splash attention needs ids) or bools broadcastable to [batch, 1, len, len].
 
     Returns (output [batch, len, d], hidden_states [num_layers+1, batch, len, d] or None).
     """
@@ -88,8 +89,8 @@ class Decoder(nn.Module):
   """A stack of causal DecoderBlocks, with cross-attention for encoder-decoder models.
 
   With `config.decode` the self-attention layers read and write a KV cache and the
-  causal mask comes from the cache index; otherwise the causal mask is built here and
-  combined with the given padding/segment mask.
+  causal mask comes from the cache index; otherwise causality is added here to the given
+  padding/segment mask (a SegmentMask keeps it as a flag, for splash attention).
   """
   config: TransformerConfig
   cross_attention: bool = True
@@ -107,7 +108,7 @@ class Decoder(nn.Module):
     cfg = self.config
     length = x.shape[1]
     if not cfg.decode:
-      self_mask = attn_lib.combine_masks(attn_lib.causal_mask(length), self_mask)
+      self_mask = attn_lib.add_causal(self_mask, length)
     bias = None
     if cfg.position == "relative":
       rel = RelativePositionBias(cfg, bidirectional=False, name="relative_bias")

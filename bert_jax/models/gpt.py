@@ -45,10 +45,7 @@ class GPT(nn.Module):
     x = self.dropout(x)
     mask = None
     if not cfg.decode:
-      if input_mask is not None:
-        mask = attn_lib.padding_mask(input_mask)
-      if packed_segment_ids is not None:
-        mask = attn_lib.combine_masks(mask, attn_lib.segment_mask(packed_segment_ids))
+      mask = attn_lib.row_mask(input_mask, packed_segment_ids)  # the decoder adds causal
     elif input_mask is not None:
       # Decoding: input_mask [batch, cache_len] marks the cache slots holding real tokens
       # (left-padded prompts); the cache adds causality over the slots written so far.

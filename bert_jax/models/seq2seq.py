@@ -65,9 +65,9 @@ class Transformer(nn.Module):
     positions = _default_positions(src_ids) if src_positions is None else src_positions
     x = self._embed(src_ids, positions)
     if src_segment_ids is None:
-      mask = attn_lib.padding_mask(src_mask)                     # [batch, 1, 1, src_len]
+      mask = attn_lib.SegmentMask(None, src_mask)                # real keys
     else:
-      mask = attn_lib.segment_mask(src_segment_ids)              # [batch, 1, src, src]
+      mask = attn_lib.SegmentMask(src_segment_ids, src_segment_ids)  # within a segment
     encoded, _ = self.encoder(x, mask)
     return encoded
 
@@ -84,12 +84,12 @@ class Transformer(nn.Module):
     x = self._embed(tgt_inputs, positions)
     self_mask = None
     if tgt_segment_ids is not None and not cfg.decode:            # packed rows
-      self_mask = attn_lib.segment_mask(tgt_segment_ids)         # [batch, 1, tgt, tgt]
-      cross_mask = attn_lib.segment_mask(tgt_segment_ids, src_segment_ids)  # [b, 1, tgt, src]
+      self_mask = attn_lib.SegmentMask(tgt_segment_ids, tgt_segment_ids)
+      cross_mask = attn_lib.SegmentMask(tgt_segment_ids, src_segment_ids)  # pair k -> k
     else:
       if not cfg.decode and tgt_mask is not None:
-        self_mask = attn_lib.attention_mask(tgt_mask, tgt_mask)
-      cross_mask = attn_lib.padding_mask(src_mask)               # [batch, 1, 1, src_len]
+        self_mask = attn_lib.SegmentMask(tgt_mask, tgt_mask)     # both positions real
+      cross_mask = attn_lib.SegmentMask(None, src_mask)          # real source keys
     y, _ = self.decoder(x, encoded, self_mask=self_mask, cross_mask=cross_mask,
                         positions=positions)
     return self.embedder.attend(y).astype(jnp.float32)           # tied output projection

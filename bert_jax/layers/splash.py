@@ -1,0 +1,162 @@
+"""Splash attention: the Pallas flash-attention kernel for TPU, under shard_map.
+
+`jax.experimental.pallas.ops.tpu.splash_attention` computes softmax(QK^T)V block by block
+(online softmax), so the [batch, heads, q_len, kv_len] scores and probabilities never sit
+in HBM, forward or backward (it saves only the output and a log-sum-exp per query). Its
+masks are a static per-head pattern (full or causal here) AND segment ids (q_id == kv_id),
+which is why models pass `attention.SegmentMask` rather than bools.
+
+A Mosaic kernel cannot be partitioned by XLA's SPMD partitioner, so on a mesh it runs in
+`jax.shard_map`: rows over the batch axes (data, fsdp) and heads over `tensor`, as the
+logical rules in parallel.py map "batch" and "heads"; each device sees whole sequences, so
+attention needs no collective at all. On CPU the same kernel runs in Pallas interpret
+mode (tests/layers/test_splash.py checks it against the XLA path).
+
+What it needs: lengths in blocks of 128 positions (shorter or ragged lengths are padded
+here, the padding masked, so S=100 costs what S=128 does); no additive bias (relative
+position biases); no attention dropout (the kernel has none); num_heads divisible by the
+tensor axis and the batch by data x fsdp. `unsupported` names what is missing.
+"""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
+from jax.sharding import PartitionSpec as P
+
+from bert_jax import parallel
+
+Array = jax.Array
+
+LANES = 128       # the kernel's key-block granularity: lengths are padded to a multiple
+MAX_BLOCK = 512   # the largest block tried (MaxText's TPU default); VMEM, not HBM
+_PAD_Q_ID = -2    # segment ids of padded positions: never equal to each other or to a real id
+_PAD_KV_ID = -3
+_NO_KEY_ID = -1   # kv id 0 (padding) matches no query, as in attention.segment_mask
+
+
+def unsupported(query: Array, key: Array, value: Array, bias, mask,
+                dropout_active: bool) -> str:
+  """Why splash cannot compute this attention here ("" when it can)."""
+  from bert_jax.layers.attention import SegmentMask  # pylint: disable=g-import-not-at-top
+  if dropout_active:
+    return ("it has no attention dropout: set model.attention_dropout_rate=0 (or "
+            "model.attention_impl='xla')")
+  if bias is not None:
+    return ("it takes no additive bias (model.position='relative'): use "
+            "model.attention_impl='xla'")
+  if mask is not None and not isinstance(mask, SegmentMask):
+    return (f"it needs the mask as segment ids (attention.SegmentMask), not bools of shape "
+            f"{tuple(mask.shape)}")
+  if query.shape[-1] != value.shape[-1]:
+    return f"it needs d_k == d_v, got {query.shape[-1]} and {value.shape[-1]}"
+  platform = parallel.trace_platform()
+  if platform not in ("tpu", "cpu"):
+    return f"it is a TPU kernel (interpreted on CPU), not one for {platform}"
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    # Unsharded: fine on one device; on several (an init jitted without the mesh) the
+    # partitioner would have to split the kernel, which it cannot.
+    return "" if jax.device_count() == 1 or platform == "cpu" else (
+        "it must run under a mesh (parallel.traced_on) on several devices")
+  batch_ways = math.prod(mesh.shape[a] for a in _axes("batch"))
+  head_ways = math.prod(mesh.shape[a] for a in _axes("heads"))
+  if query.shape[0] % batch_ways:
+    return f"batch {query.shape[0]} does not split over {batch_ways} data-parallel devices"
+  if query.shape[2] % head_ways:
+    return (f"model.num_heads={query.shape[2]} does not split over the tensor axis "
+            f"({head_ways} ways)")
+  return ""
+
+
+def _axes(logical: str) -> tuple[str, ...]:
+  """The mesh axes a logical name maps to under parallel.LOGICAL_RULES."""
+  axes = dict(parallel.LOGICAL_RULES)[logical]
+  return (axes,) if isinstance(axes, str) else tuple(axes or ())
+
+
+def _block(length: int) -> int:
+  """The largest of 512 / 256 / 128 dividing `length` (a multiple of 128)."""
+  return next(b for b in (MAX_BLOCK, MAX_BLOCK // 2, LANES) if length % b == 0)
+
+
+def _pad_to_lanes(x: Array, axis: int, fill=0) -> Array:
+  pad = -x.shape[axis] % LANES
+  if not pad:
+    return x
+  widths = [(0, 0)] * x.ndim
+  widths[axis] = (0, pad)
+  return jnp.pad(x, widths, constant_values=fill)
+
+
+def _kernel_ids(mask, batch: int, q_len: int, kv_len: int):
+  """(q ids [batch, q_len], kv ids [batch, kv_len]) int32 for the kernel, or None when
+  nothing but the static mask applies and no padding is needed."""
+  q_ids = None if mask is None else mask.q_ids
+  kv_ids = None if mask is None else mask.kv_ids
+  if q_ids is None and kv_ids is None and not (q_len % LANES or kv_len % LANES):
+    return None
+  q_ids = jnp.ones((batch, q_len), jnp.int32) if q_ids is None else q_ids.astype(jnp.int32)
+  kv_ids = (jnp.ones((batch, kv_len), jnp.int32) if kv_ids is None
+            else jnp.where(kv_ids > 0, kv_ids, _NO_KEY_ID).astype(jnp.int32))
+  return _pad_to_lanes(q_ids, 1, _PAD_Q_ID), _pad_to_lanes(kv_ids, 1, _PAD_KV_ID)
+
+
+def _local_attention(q: Array, k: Array, v: Array, ids, *, causal: bool,
+                     interpret: bool) -> Array:
+  """One device's rows and heads: q [b, h, Q, d], k/v [b, h, K, d] with Q, K multiples
+  of 128 -> [b, h, Q, d]. The kernel takes one row, so it is vmapped over b."""
+  heads, q_len, kv_len = q.shape[1], q.shape[2], k.shape[2]
+  shape = (q_len, kv_len)
+  static = splash.CausalMask(shape) if causal else splash.FullMask(shape)
+  bq, bkv = _block(q_len), _block(kv_len)
+  blocks = splash.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv,
+                             block_q_dkv=bq, block_kv_dkv=bkv, block_kv_dkv_compute=bkv,
+                             use_fused_bwd_kernel=True)
+  kernel = splash.make_splash_mha(splash.MultiHeadMask([static] * heads), block_sizes=blocks,
+                                  head_shards=1, q_seq_shards=1, interpret=interpret)
+  if ids is None:
+    return jax.vmap(kernel)(q, k, v)
+  return jax.vmap(kernel)(q, k, v, splash.SegmentIds(*ids))
+
+
+def splash_attention(query: Array, key: Array, value: Array, mask=None,
+                     dtype=jnp.bfloat16) -> Array:
+  """softmax(Q K^T / sqrt(d) + mask) V by the splash kernel. Check `unsupported` first.
+
+  Args:
+    query: [batch, q_len, heads, d]; key, value: [batch, kv_len, heads, d].
+    mask: an attention.SegmentMask or None (every key).
+
+  Returns:
+    [batch, q_len, heads, d] in `dtype`. A query with no allowed key (a padded one)
+    averages the values its blocks hold, where the XLA path averages all of them: such
+    rows are padding, never read.
+  """
+  batch, q_len, _, d = query.shape
+  kv_len = key.shape[1]
+  causal = mask is not None and mask.causal
+  ids = _kernel_ids(mask, batch, q_len, kv_len)
+  # The kernel does not scale the logits; scaling q first is the same product.
+  q = (query * (1.0 / math.sqrt(d))).astype(dtype)
+  # [batch, len, heads, d] -> [batch, heads, len, d], the lengths padded to the lanes.
+  q = _pad_to_lanes(q.transpose(0, 2, 1, 3), 2)
+  k = _pad_to_lanes(key.astype(dtype).transpose(0, 2, 1, 3), 2)
+  v = _pad_to_lanes(value.astype(dtype).transpose(0, 2, 1, 3), 2)
+
+  interpret = parallel.trace_platform() == "cpu"
+  def local(q, k, v, *ids):
+    return _local_attention(q, k, v, ids or None, causal=causal, interpret=interpret)
+
+  args = (q, k, v) + (ids or ())
+  mesh = jax.sharding.get_abstract_mesh()
+  if not mesh.empty:
+    rows, heads = _axes("batch") or None, _axes("heads") or None
+    qkv_spec = P(rows, heads, None, None)                    # [batch, heads, len, d]
+    in_specs = (qkv_spec,) * 3 + (P(rows, None),) * (len(args) - 3)
+    local = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=qkv_spec,
+                          check_vma=False)
+  out = local(*args)                                         # [batch, heads, Q_pad, d]
+  return out[:, :, :q_len].transpose(0, 2, 1, 3)
