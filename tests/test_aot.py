@@ -84,6 +84,11 @@ def _check_report(setup, step, topology, mesh):
   assert not [line for line in step.hlo_text.splitlines()
               if re.search(r"= \(?(u32|u16|pred)\[.* all-to-all\(", line)
               and "Dropout" in line]
+  # attention_impl "auto" on TPU is splash's Mosaic kernel (forward and fused backward),
+  # under shard_map with whole sequences per device: attention moves nothing between chips.
+  assert "splash_mha_fwd" in step.hlo_text and "splash_mha_dkv" in step.hlo_text
+  assert not [line for line in step.hlo_text.splitlines()
+              if re.search(r" all-to-all\(", line) and "attention" in line]
   return r
 
 

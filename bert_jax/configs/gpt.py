@@ -79,3 +79,17 @@ def get_config(arg=None):
   c.train.min_lr_fraction = 0.1      # cosine floor (nanoGPT: min_lr = lr / 10)
   c.lock()
   return c
+
+
+def get_sweep(hyper):
+  """Attention implementation x global batch for `launch/sweep.py --aot TOPOLOGY` with
+  SIZE small (GPT-2 124M at 1,024 tokens): the largest batch each attention fits in one
+  step (no accumulation), splash (layers/splash.py) against the written-out XLA softmax.
+
+    python launch/sweep.py --config configs/gpt.py:small --aot v5e:4x4
+  """
+  return hyper.product([
+      hyper.sweep("config.model.attention_impl", ["xla", "splash"]),
+      hyper.sweep("config.train.grad_accum_steps", [1]),
+      hyper.sweep("config.train.batch_size", [64, 128, 256, 512, 1024, 2048]),
+  ])

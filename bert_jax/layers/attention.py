@@ -157,7 +157,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
   """
   dropout_active = not deterministic and dropout_rate > 0.0
   if implementation in ("auto", "splash"):
-    why_not = splash_lib.unsupported(query, key, value, bias, mask, dropout_active)
+    why_not = splash_lib.unsupported(
+        query, value, bias, None if isinstance(mask, SegmentMask) else mask, dropout_active)
     if implementation == "splash" and why_not:
       raise ValueError(f"model.attention_impl='splash' cannot run this attention: {why_not}.")
     if implementation == "splash" or (parallel.trace_platform() == "tpu" and not why_not):
@@ -174,7 +175,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
     bias = bias.astype(dtype)
   impl = implementation if implementation in ("xla", "cudnn") else None
   if (implementation == "auto" and parallel.trace_platform() == "gpu"
-      and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)):
+      and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+      and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128):  # cuDNN flash's head sizes
     impl = "cudnn"
   return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
 

@@ -37,19 +37,18 @@ _PAD_KV_ID = -3
 _NO_KEY_ID = -1   # kv id 0 (padding) matches no query, as in attention.segment_mask
 
 
-def unsupported(query: Array, key: Array, value: Array, bias, mask,
-                dropout_active: bool) -> str:
-  """Why splash cannot compute this attention here ("" when it can)."""
-  from bert_jax.layers.attention import SegmentMask  # pylint: disable=g-import-not-at-top
+def unsupported(query: Array, value: Array, bias, bool_mask, dropout_active: bool) -> str:
+  """Why splash cannot compute this attention here ("" when it can). bool_mask: a mask
+  given as bools (not as an attention.SegmentMask), which splash cannot take."""
   if dropout_active:
     return ("it has no attention dropout: set model.attention_dropout_rate=0 (or "
             "model.attention_impl='xla')")
   if bias is not None:
     return ("it takes no additive bias (model.position='relative'): use "
             "model.attention_impl='xla'")
-  if mask is not None and not isinstance(mask, SegmentMask):
+  if bool_mask is not None:
     return (f"it needs the mask as segment ids (attention.SegmentMask), not bools of shape "
-            f"{tuple(mask.shape)}")
+            f"{tuple(bool_mask.shape)}")
   if query.shape[-1] != value.shape[-1]:
     return f"it needs d_k == d_v, got {query.shape[-1]} and {value.shape[-1]}"
   platform = parallel.trace_platform()
