@@ -91,5 +91,5 @@ def get_sweep(hyper):
   return hyper.product([
       hyper.sweep("config.model.attention_impl", ["xla", "splash"]),
       hyper.sweep("config.train.grad_accum_steps", [1]),
-      hyper.sweep("config.train.batch_size", [64, 128, 256, 512, 1024, 2048]),
+      hyper.sweep("config.train.batch_size", [64, 128, 256, 512, 1024, 2048, 4096]),
   ])
