@@ -27,8 +27,8 @@ LAYERS = (
     ("tasks", "word2vec"),                       # what is trained (word2vec: own trainer)
     ("configs",),                                # config files name tasks' tables
     ("cli", "aot"),                              # the --config parser; the AOT check
-    ("main", "export", "embed", "translate", "generate", "fill_mask", "visualize", "api",
-     "__init__"),                                # what users run or import
+    ("main", "prepare", "export", "embed", "translate", "generate", "fill_mask", "visualize",
+     "api", "__init__"),                                # what users run or import
 )
 LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 

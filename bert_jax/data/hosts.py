@@ -72,7 +72,7 @@ def prepare_once(key: str, lead: Callable[[], tuple[T, str]], follow: Callable[[
       raise TimeoutError(
           f"process {jax.process_index()}: process 0 has not finished preparing the data "
           f"after {timeout_s:.0f} s (config.data.prepare_timeout); see process 0's log, or "
-          "prepare beforehand with `python -m bert_jax.data.prepare`.") from None
+          "prepare beforehand with `python -m bert_jax.prepare`.") from None
     raise RuntimeError(  # the coordination service lives in process 0: it is gone
         f"process {jax.process_index()}: lost process 0 while it prepared the data (it died "
         f"or was preempted: see its log); rerun every process ({type(e).__name__}: "

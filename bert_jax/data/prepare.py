@@ -13,7 +13,7 @@ from local disk. On a pod only process 0 prepares; the others `open_prepared` th
 directory it names (data/hosts.py). Reused datasets have their shards checked against
 the record counts tfds wrote (a truncated array_record opens as empty).
 With a Beam runner (`prepare(cfg, beam=beam_util.BeamRun(...))`, or the command
-`python -m bert_jax.data.prepare --config ... --beam_runner ...`) the three stages run as
+`python -m bert_jax.prepare --config ... --beam_runner ...`) the three stages run as
 Beam pipelines (beam_documents.py, beam_vocab.py, beam_instances.py) that write the same
 datasets into the same directories: training reuses them as if built in process.
 Loading is data/loader.py.
@@ -421,13 +421,3 @@ def summary(prepared: PreparedData, root: str = "") -> str:
       f"  rate: {prepared.stats['documents_per_second']:.0f} documents/s, "
       f"{prepared.stats['tokens_per_second']:.0f} tokens/s (tokenize + instances)",
   ])
-
-
-def entry():
-  """`bert-jax-prepare` / `python -m bert_jax.data.prepare`: prepare, train nothing."""
-  from bert_jax.data import prepare_cli  # pylint: disable=g-import-not-at-top
-  prepare_cli.entry()
-
-
-if __name__ == "__main__":
-  entry()

@@ -179,7 +179,7 @@ def test_a_killed_beam_preparation_reruns_to_the_same_dataset(tmp_path, make_con
   files += f",{_TESTDATA}/tiny_corpus.txt,{_TESTDATA}/paragraphs.txt"
   cfg = config(make_config, tmp_path / "beam", files)
   cfg.shard_documents = 2
-  command = [sys.executable, "-m", "bert_jax.data.prepare", "--config=configs/bert_tiny.py",
+  command = [sys.executable, "-m", "bert_jax.prepare", "--config=configs/bert_tiny.py",
              "--beam_runner=DirectRunner", "--beam_options=--direct_running_mode=in_memory"]
   command += [f"--config.data.{k}={cfg[k]}" for k in (
       "corpus", "text_files", "data_dir", "vocab_size", "max_seq_length", "dupe_factor",

@@ -1,6 +1,6 @@
-"""The preparation command (`python -m bert_jax.data.prepare`, `bert-jax-prepare`).
+"""The preparation command (`python -m bert_jax.prepare`, `bert-jax-prepare`).
 
-  python -m bert_jax.data.prepare --config configs/bert_base.py \
+  python -m bert_jax.prepare --config configs/bert_base.py \
       --config.data.corpus=text --config.data.text_files='/corpus/*.txt' \
       [--beam_runner=DirectRunner --beam_options="--direct_running_mode=multi_processing
        --direct_num_workers=8"]
@@ -70,4 +70,9 @@ def main(argv):
 
 
 def entry():
+  """`bert-jax-prepare` / `python -m bert_jax.prepare`: prepare, train nothing."""
   app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == "__main__":
+  entry()
