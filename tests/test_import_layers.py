@@ -28,7 +28,7 @@ LAYERS = (
     ("configs",),                                # config files name tasks' tables
     ("cli", "aot"),                              # the --config parser; the AOT check
     ("main", "prepare", "export", "embed", "translate", "generate", "fill_mask", "visualize",
-     "api", "__init__"),                                # what users run or import
+     "demo_report", "api", "__init__"),                                # what users run or import
 )
 LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 
