@@ -135,9 +135,10 @@ def load_run(workdir: str):
   return task, params, config
 
 
-def report(workdir: str, texts: Sequence[str], top_k: int = 5,
-           out=sys.stdout) -> dict:
-  """Prints (a) and (b) (module docstring); returns the numbers."""
+def report(workdir: str, texts: Sequence[str], top_k: int = 5, out=None) -> dict:
+  """Prints (a) and (b) (module docstring) to `out` (default: sys.stdout); returns the
+  numbers."""
+  out = sys.stdout if out is None else out
   from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
   from bert_jax.visualize import loader  # pylint: disable=g-import-not-at-top
   task, params, config = load_run(workdir)
