@@ -111,22 +111,22 @@ def task_of(case: str, config):
 
 def to_hf(case: str, task, params) -> dict[str, np.ndarray]:
   """Our params -> the transformers model's tensors (bert_jax/interop)."""
-  from bert_jax.interop import gpt2, hf  # pylint: disable=g-import-not-at-top
+  from bert_jax.interop import gpt2, hf_save  # pylint: disable=g-import-not-at-top
   params = jax.tree_util.tree_map(np.asarray, jax.device_get(nn.unbox(params)))
   if case == "lm":
     return gpt2.params_to_gpt2(task.model_config, params)
   model = "pretraining" if case == "pretraining" else "sequence_classification"
-  return hf.params_to_hf(task.model_config, params, model)[0]
+  return hf_save.params_to_hf(task.model_config, params, model)[0]
 
 
 def from_hf(case: str, task, tensors: dict[str, np.ndarray]):
   """The transformers model's tensors -> our params (the inverse of to_hf)."""
-  from bert_jax.interop import gpt2, hf  # pylint: disable=g-import-not-at-top
+  from bert_jax.interop import gpt2, hf_load  # pylint: disable=g-import-not-at-top
   from bert_jax.interop import hf_layout as layout  # pylint: disable=g-import-not-at-top
   if case == "lm":
     return gpt2.gpt2_to_params(tensors, task.model_config)
   if case == "pretraining":
-    return hf.hf_to_params(tensors, task.model_config, model="pretraining")
+    return hf_load.hf_to_params(tensors, task.model_config, model="pretraining")
   # hf_to_params reads pretraining / encoder trees only: the head model's name table
   # (the one params_to_hf wrote with) read backwards.
   model = "sequence_classification"
@@ -138,10 +138,10 @@ def from_hf(case: str, task, tensors: dict[str, np.ndarray]):
 
 
 def hf_config(case: str, task) -> dict:
-  from bert_jax.interop import gpt2, hf  # pylint: disable=g-import-not-at-top
+  from bert_jax.interop import gpt2, hf_config  # pylint: disable=g-import-not-at-top
   if case == "lm":
     return gpt2.gpt2_config_dict(task.model_config)
-  out = hf.hf_config_dict(task.model_config, [HF_CLASS[case]])
+  out = hf_config.hf_config_dict(task.model_config, [HF_CLASS[case]])
   if case == "classification":
     out["num_labels"] = task.num_labels
   return out
