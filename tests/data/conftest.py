@@ -51,8 +51,8 @@ def google_vocab():
 def tiny(data_root, make_config, google_vocab):
   """(config, PreparedData) of the fixture corpus in NSP mode, Google's uncased vocab.
 
-  A given vocab keeps the instances identical from run to run: WordPiece training in
-  the tokenizers library is not deterministic (huggingface/tokenizers#1794).
+  A given vocab: real BERT ids ([CLS]=101, [SEP]=102) that the loader tests check
+  (trained vocabularies are deterministic too: data/wordpiece.py).
   """
   from bert_jax.data.prepare import prepare  # pylint: disable=g-import-not-at-top
   cfg = make_config(data_root, vocab_path=google_vocab)
