@@ -44,7 +44,7 @@ def check(config: ml_collections.ConfigDict, topology: str, vocab_size: int = 0,
   t = config.train
   step_lib.check_chunk_size(t.chunk_size, mesh)
   _, abstract, shardings = step_lib.abstract_state(mesh, vocab_size, config.model.embed_dim,
-                                                   config.seed)
+                                                   config.seed, config.model.init_scale)
   batch = step_lib.abstract_batch(t.chunks_per_step, t.chunk_size, t.negatives, mesh)
   step_fn = step_lib.make_train_step(mesh, shardings)
   step = compile_lib.compile_lowered("train", {}, lambda: step_fn.lower(abstract, batch))

@@ -9,8 +9,10 @@ The workdir gets TensorBoard events, metrics.jsonl and an Orbax checkpoint per e
 Query the exported vectors:
   python -m bert_jax.word2vec.query --vectors workdirs/word2vec/vectors.bin \\
     --neighbors king --analogy king,man,woman --topn 10
-The defaults are gensim's Word2Vec(sg=1, hs=0, negative=5, vector_size=100, window=5,
-min_count=5, sample=1e-3, alpha=0.025, min_alpha=1e-4, epochs=5).
+The defaults are gensim 4's Word2Vec(sentences, sg=1, hs=0, negative=5, vector_size=100,
+window=5, min_count=5, sample=1e-3, alpha=0.025, min_alpha=1e-4, epochs=5), including its
+learning-rate decay by sentences and its initial vector scale. word2vec.c's instead:
+  --config.train.lr_decay=words --config.model.init_scale=0.5
 """
 import ml_collections
 
@@ -26,6 +28,9 @@ def get_config(arg=None):
 
   c.model = ml_collections.ConfigDict()
   c.model.embed_dim = 100
+  # Input vectors start uniform in [-init_scale/dim, init_scale/dim): gensim 4's 1.0
+  # (KeyedVectors.prep_vectors), word2vec.c's and gensim 3's 0.5.
+  c.model.init_scale = 1.0
 
   c.data = ml_collections.ConfigDict()
   c.data.corpus = "embedded"       # embedded (gensim's lee_background + enwiki excerpt) | text
@@ -40,6 +45,11 @@ def get_config(arg=None):
   c.train.ns_exponent = 0.75       # negatives ~ counts ** 0.75
   c.train.alpha = 0.025            # linear decay to min_alpha over all epochs
   c.train.min_alpha = 1e-4
+  # Progress through an epoch for that decay (word2vec/schedule.py): "sentences", gensim
+  # 4's (sentences pushed / sentences, in jobs of 10000 words), or "words", word2vec.c's
+  # (tokens / tokens). They differ where sentence lengths vary; gensim's is what users
+  # compare with.
+  c.train.lr_decay = "sentences"
   c.train.chunk_size = 256         # pairs per SGD update (one scatter-add)
   c.train.chunks_per_step = 512    # SGD updates per dispatched step (a loop on device)
   c.train.prefetch = 2             # batches the host thread builds ahead

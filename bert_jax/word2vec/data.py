@@ -12,7 +12,8 @@ What gensim's Word2Vec does, vectorized:
     (gensim's `reduced_windows`), over the subsampled sentence, never across sentences.
   * negatives: k per pair from counts ** 0.75 through the shared CumulativeSampler,
     redrawn where they equal the pair's true context (`draw_negatives`).
-  * learning rate: linear from alpha to min_alpha over all epochs, by corpus position.
+  * learning rate: linear from alpha to min_alpha over all epochs, by sentences pushed
+    (gensim 4's job producer) or by words (word2vec.c's): see schedule.py.
 
 A batch holds `chunks` SGD chunks of `chunk_size` pairs in corpus order; the device scans
 over the chunks, so one dispatch covers many sequential SGD updates.
@@ -30,6 +31,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import numpy as np
 
 from bert_jax.data.sampling import CumulativeSampler
+from bert_jax.word2vec import schedule
 
 EMBEDDED_FILES = ("lee_background.cor",
                   "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
@@ -49,13 +51,24 @@ def _split(tokens: list[str], max_len: int) -> Iterator[list[str]]:
 
 @functools.lru_cache(maxsize=2)
 def embedded_corpus(max_sentence_length: int = MAX_SENTENCE_LENGTH) -> tuple[tuple[str, ...], ...]:
-  """The Lee background documents (one per line) and the enwiki excerpt's articles."""
-  from gensim.corpora import wikicorpus  # pylint: disable=g-import-not-at-top
+  """The Lee background documents (one per line), then the enwiki excerpt's articles."""
+  return lee_sentences(max_sentence_length) + enwiki_sentences(max_sentence_length)
+
+
+def lee_sentences(max_sentence_length: int = MAX_SENTENCE_LENGTH) -> tuple[tuple[str, ...], ...]:
+  """gensim's `lee_background.cor`, one news story a line, `simple_preprocess`ed."""
   from gensim.utils import simple_preprocess  # pylint: disable=g-import-not-at-top
   sentences = []
   with open(gensim_test_file(EMBEDDED_FILES[0]), encoding="utf8") as f:
     for line in f:
       sentences.extend(_split(simple_preprocess(line), max_sentence_length))
+  return tuple(tuple(s) for s in sentences if s)
+
+
+def enwiki_sentences(max_sentence_length: int = MAX_SENTENCE_LENGTH) -> tuple[tuple[str, ...], ...]:
+  """The articles of gensim's enwiki excerpt, tokenized as gensim's WikiCorpus does."""
+  from gensim.corpora import wikicorpus  # pylint: disable=g-import-not-at-top
+  sentences = []
   # WikiCorpus.get_texts without its process pool (forking a JAX process is unsafe):
   # the same page filter, tokenizer and the same pruning of stubs (< 50 tokens).
   with bz2.BZ2File(gensim_test_file(EMBEDDED_FILES[1])) as f:
@@ -126,20 +139,25 @@ def build_vocab(sentences: Iterable[Sequence[str]], min_count: int = 5) -> Vocab
 
 @dataclasses.dataclass(frozen=True)
 class EncodedCorpus:
-  ids: np.ndarray           # [N] int32 in-vocabulary tokens (OOV dropped, as gensim does)
-  sentence_ids: np.ndarray  # [N] int32 sentence of each token
-  raw_words: int            # tokens before dropping OOV
+  ids: np.ndarray               # [N] int32 in-vocabulary tokens (OOV dropped, as gensim does)
+  sentence_ids: np.ndarray      # [N] int32 sentence of each token
+  sentence_lengths: np.ndarray  # [S] int64 tokens of each sentence before dropping OOV
+
+  @property
+  def raw_words(self) -> int:
+    return int(self.sentence_lengths.sum())
 
 
 def encode(sentences: Iterable[Sequence[str]], vocab: Vocab) -> EncodedCorpus:
   index = vocab.index
-  ids, sent, raw = [], [], 0
+  ids, sent, lengths = [], [], []
   for s, sentence in enumerate(sentences):
-    raw += len(sentence)
+    lengths.append(len(sentence))
     row = [index[w] for w in sentence if w in index]
     ids.extend(row)
     sent.extend([s] * len(row))
-  return EncodedCorpus(np.array(ids, np.int32), np.array(sent, np.int32), raw)
+  return EncodedCorpus(np.array(ids, np.int32), np.array(sent, np.int32),
+                       np.array(lengths, np.int64))
 
 
 def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:
@@ -220,23 +238,31 @@ class SkipGramBatches:
   ns_exponent: float = 0.75
   alpha: float = 0.025
   min_alpha: float = 1e-4
+  lr_decay: str = "sentences"  # schedule.LR_DECAYS
   epochs: int = 5
   chunk_size: int = 256
   chunks: int = 512
   seed: int = 0
 
   def __post_init__(self):
+    schedule.check_lr_decay(self.lr_decay)
     self.sampler = CumulativeSampler(self.counts, self.ns_exponent)
     self.keep_prob = keep_probabilities(self.counts, self.sample)
+    # [S] epoch progress of each sentence's gensim job (the "sentences" decay)
+    self.sentence_progress = schedule.gensim_job_progress(self.corpus.sentence_lengths)
 
   @property
   def batch_pairs(self) -> int:
     return self.chunk_size * self.chunks
 
   def learning_rate(self, epoch: int, position: np.ndarray) -> np.ndarray:
-    """gensim's linear decay by progress = (epoch + position / N) / epochs."""
-    progress = (epoch + position / max(1, self.corpus.ids.shape[0])) / self.epochs
-    return np.maximum(self.min_alpha, self.alpha - (self.alpha - self.min_alpha) * progress)
+    """The rate at corpus token positions `position` of `epoch` (schedule.py): progress
+    through the epoch by the sentence's gensim job, or by position / N tokens."""
+    if self.lr_decay == "sentences":
+      progress = self.sentence_progress[self.corpus.sentence_ids[position]]
+    else:
+      progress = position / max(1, self.corpus.ids.shape[0])
+    return schedule.linear_alpha(self.alpha, self.min_alpha, epoch, self.epochs, progress)
 
   def stream(self, first_epoch: int = 0) -> Iterator[tuple[int, Optional[dict]]]:
     """(epoch, batch) over epochs first_epoch..epochs-1, with (epoch, None) ending each:
@@ -292,7 +318,7 @@ class SkipGramBatches:
       out.reshape(size, -1)[:n] = a.reshape(n, -1)
       return out
     first = np.minimum(np.arange(self.chunks) * self.chunk_size, max(n - 1, 0))
-    lr = self.learning_rate(epoch, pos[first] if n else np.zeros(self.chunks))
+    lr = self.learning_rate(epoch, pos[first] if n else np.zeros(self.chunks, np.int64))
     return dict(centers=pad(ctr, (self.chunks, self.chunk_size)),
                 contexts=pad(ctx, (self.chunks, self.chunk_size)),
                 negatives=pad(neg, (self.chunks, self.chunk_size, k)),

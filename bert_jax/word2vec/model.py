@@ -27,24 +27,42 @@ Array = jax.Array
 TABLE_AXES = ("vocab", "embed")
 
 
-def target_init(key, shape, dtype=jnp.float32):
-  """uniform(-0.5/dim, 0.5/dim), the original word2vec.c / gensim 3 initialisation."""
-  half = 0.5 / shape[-1]
-  return jax.random.uniform(key, shape, dtype, minval=-half, maxval=half)
+# Half-widths of the initial T rows, in units of 1/dim (config.model.init_scale).
+GENSIM4_INIT_SCALE = 1.0     # gensim 4's KeyedVectors.prep_vectors: (2 u - 1) / dim
+WORD2VEC_C_INIT_SCALE = 0.5  # word2vec.c's and gensim 3's: (u - 0.5) / dim
+
+
+def check_init_scale(scale: float) -> None:
+  if not scale > 0:
+    # All-zero T and C (C starts at zero) have zero gradients: nothing would ever train.
+    raise ValueError(f"word2vec: model.init_scale must be > 0, got {scale} (gensim 4's "
+                     f"{GENSIM4_INIT_SCALE}, word2vec.c's {WORD2VEC_C_INIT_SCALE}).")
+
+
+def target_init(scale: float = GENSIM4_INIT_SCALE):
+  """Initializer of T: uniform in [-scale/dim, scale/dim), dim the row length."""
+  check_init_scale(scale)
+
+  def init(key, shape, dtype=jnp.float32):
+    half = scale / shape[-1]
+    return jax.random.uniform(key, shape, dtype, minval=-half, maxval=half)
+  return init
 
 
 class SkipGram(nn.Module):
   """The two SGNS tables; calling it scores (centre, candidates) pairs."""
   vocab_size: int
   embed_dim: int = 100
+  init_scale: float = GENSIM4_INIT_SCALE
   param_dtype: jnp.dtype = jnp.float32
 
   def setup(self):
     shape = (self.vocab_size, self.embed_dim)
     # Context vectors start at zero (as in word2vec.c and gensim): the first updates of T
     # are then zero too, and only C moves until it carries signal.
-    self.target = self.param("target", nn.with_logical_partitioning(target_init, TABLE_AXES),
-                             shape, self.param_dtype)
+    self.target = self.param(
+        "target", nn.with_logical_partitioning(target_init(self.init_scale), TABLE_AXES), shape,
+        self.param_dtype)
     self.context = self.param(
         "context", nn.with_logical_partitioning(nn.initializers.zeros, TABLE_AXES), shape,
         self.param_dtype)

@@ -43,13 +43,15 @@ def padded_vocab_size(vocab_size: int, mesh) -> int:
   return -(-vocab_size // n) * n
 
 
-def abstract_state(mesh, vocab_size: int, embed_dim: int, seed: int):
+def abstract_state(mesh, vocab_size: int, embed_dim: int, seed: int,
+                   init_scale: float = w2v_model.GENSIM4_INIT_SCALE):
   """(init fn, the state's ShapeDtypeStructs with their shardings, shardings), nothing
-  materialised: what create_state builds, and what bert_jax.aot compiles against."""
+  materialised: what create_state builds, and what bert_jax.aot compiles against.
+  init_scale: T's initial half-width times dim (config.model.init_scale)."""
   if embed_dim % mesh.shape[COLS]:
     raise ValueError(f"embed_dim={embed_dim} must divide by the mesh's {COLS!r} axis "
                      f"({mesh.shape[COLS]}).")
-  model = w2v_model.SkipGram(padded_vocab_size(vocab_size, mesh), embed_dim)
+  model = w2v_model.SkipGram(padded_vocab_size(vocab_size, mesh), embed_dim, init_scale)
   ids = jnp.zeros((1,), jnp.int32)
 
   def init(key):
@@ -61,13 +63,14 @@ def abstract_state(mesh, vocab_size: int, embed_dim: int, seed: int):
   return init, abstract, shardings
 
 
-def create_state(mesh, vocab_size: int, embed_dim: int, seed: int):
+def create_state(mesh, vocab_size: int, embed_dim: int, seed: int,
+                 init_scale: float = w2v_model.GENSIM4_INIT_SCALE):
   """The training state {params: {target, context}, step, epoch}, created sharded.
 
   Returns (state, shardings). `eval_shape` -> logical specs -> jit(init, out_shardings):
   each device materialises only its own rows and columns.
   """
-  init, _, shardings = abstract_state(mesh, vocab_size, embed_dim, seed)
+  init, _, shardings = abstract_state(mesh, vocab_size, embed_dim, seed, init_scale)
   state = jax.jit(init, out_shardings=shardings)(jax.random.key(seed))
   return nn.unbox(state), nn.unbox(shardings)
 

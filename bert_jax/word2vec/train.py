@@ -27,6 +27,8 @@ from bert_jax import parallel
 from bert_jax.train import wandb_run
 from bert_jax.train.writer import MetricWriter, log
 from bert_jax.word2vec import data as w2v_data
+from bert_jax.word2vec import model as w2v_model
+from bert_jax.word2vec import schedule as w2v_schedule
 from bert_jax.word2vec import step as step_lib
 from bert_jax.word2vec import vectors as vectors_lib
 
@@ -178,6 +180,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   d, t = config.data, config.train
   if t.single_thread_xla_cpu:  # before anything starts the backend (process_count does)
     start_cpu_backend_single_threaded()
+  # Settings checked before the corpus is read (seconds on a real corpus).
+  w2v_schedule.check_lr_decay(t.lr_decay)
+  w2v_model.check_init_scale(config.model.init_scale)
   if jax.process_count() > 1:
     raise NotImplementedError("word2vec trains in one process (any number of local devices); "
                               "its host pipeline does not shard the corpus over processes.")
@@ -195,10 +200,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   step_lib.check_chunk_size(t.chunk_size, mesh)
   batches = w2v_data.SkipGramBatches(
       corpus, vocab.counts, window=d.window, negatives=t.negatives, sample=d.sample,
-      ns_exponent=t.ns_exponent, alpha=t.alpha, min_alpha=t.min_alpha, epochs=t.epochs,
-      chunk_size=t.chunk_size, chunks=t.chunks_per_step, seed=config.seed)
+      ns_exponent=t.ns_exponent, alpha=t.alpha, min_alpha=t.min_alpha,
+      lr_decay=t.lr_decay, epochs=t.epochs, chunk_size=t.chunk_size,
+      chunks=t.chunks_per_step, seed=config.seed)
   state, state_shardings = step_lib.create_state(mesh, len(vocab), config.model.embed_dim,
-                                                 config.seed)
+                                                 config.seed, config.model.init_scale)
 
   # ---- outputs: metrics, checkpoints (closed however the run ends: pending saves finish)
   writer = (MetricWriter(workdir, wandb_run=wandb_run.start(config, workdir))

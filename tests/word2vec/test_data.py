@@ -11,7 +11,7 @@ def distinct_corpus(lengths):
   """Sentences of the given lengths whose every token is its own id (id == position)."""
   n = sum(lengths)
   sent = np.repeat(np.arange(len(lengths)), lengths).astype(np.int32)
-  return w2v.EncodedCorpus(np.arange(n, dtype=np.int32), sent, n)
+  return w2v.EncodedCorpus(np.arange(n, dtype=np.int32), sent, np.array(lengths))
 
 
 def test_vocab_like_gensim():
@@ -132,7 +132,8 @@ def test_negatives_follow_counts_power_and_never_equal_the_context():
 def test_batches_pad_and_decay_the_learning_rate():
   corpus = distinct_corpus([500, 300])
   batches = w2v.SkipGramBatches(corpus, np.ones(800), window=3, negatives=2, sample=0,
-                                chunk_size=32, chunks=8, epochs=2, alpha=0.025, min_alpha=1e-4)
+                                chunk_size=32, chunks=8, epochs=2, alpha=0.025, min_alpha=1e-4,
+                                lr_decay="words")   # "sentences": tests/word2vec/test_schedule
   b0 = list(batches.epoch(0))
   b1 = list(batches.epoch(1))
   first, last = b0[0], b1[-1]

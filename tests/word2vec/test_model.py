@@ -3,6 +3,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
+from scipy import stats
 
 from bert_jax.word2vec import model as w2v
 
@@ -26,20 +28,43 @@ def np_sgns(t, c, weights):
   return loss * weights, np.einsum("bk,bkd->bd", g, c), g[:, :, None] * t[:, None, :]
 
 
-def test_init_like_gensim_and_logical_names():
-  model = w2v.SkipGram(vocab_size=500, embed_dim=40)
+def init_params(**kwargs):
+  model = w2v.SkipGram(vocab_size=500, embed_dim=40, **kwargs)
   ids = jnp.zeros((1,), jnp.int32)
-  boxed = jax.jit(model.init)(jax.random.key(0), ids, ids[:, None])["params"]
+  return jax.jit(model.init)(jax.random.key(0), ids, ids[:, None])["params"]
+
+
+def test_init_like_gensim_4_and_logical_names():
+  from gensim.models.keyedvectors import prep_vectors
+  boxed = init_params()
   assert nn.get_partition_spec(boxed)["target"] == jax.sharding.PartitionSpec("vocab", "embed")
   assert nn.get_partition_spec(boxed)["context"] == jax.sharding.PartitionSpec("vocab", "embed")
   params = nn.unbox(boxed)
   t = np.asarray(params["target"])
   assert t.shape == (500, 40) and t.dtype == np.float32
-  # uniform(-0.5/d, 0.5/d): bounds, mean 0 and variance (1/d)^2 / 12.
+  # gensim 4: uniform [-1/d, 1/d): bounds, mean 0 and variance (2/d)^2 / 12.
+  assert np.abs(t).max() <= 1 / 40 and np.abs(t).max() > 0.99 / 40
+  np.testing.assert_allclose(t.var(), (2 / 40) ** 2 / 12, rtol=0.05)
+  assert np.abs(t.mean()) < 2e-4
+  assert not np.asarray(params["context"]).any()
+  # The same distribution as gensim 4.4's own KeyedVectors.prep_vectors (two-sample KS),
+  # and not that of word2vec.c's half-width.
+  gensim = prep_vectors((500, 40), seed=3)
+  assert gensim.dtype == np.float32 and np.abs(gensim).max() <= 1 / 40
+  assert stats.ks_2samp(t.ravel(), gensim.ravel()).pvalue > 1e-3
+  assert stats.ks_2samp(t.ravel() / 2, gensim.ravel()).pvalue < 1e-6
+
+
+def test_init_scale_of_word2vec_c_and_bad_scales():
+  t = np.asarray(nn.unbox(init_params(init_scale=w2v.WORD2VEC_C_INIT_SCALE))["target"])
+  # word2vec.c: (u - 0.5) / d, uniform [-0.5/d, 0.5/d): variance (1/d)^2 / 12.
   assert np.abs(t).max() <= 0.5 / 40 and np.abs(t).max() > 0.49 / 40
   np.testing.assert_allclose(t.var(), (1 / 40) ** 2 / 12, rtol=0.05)
-  assert np.abs(t.mean()) < 1e-4
-  assert not np.asarray(params["context"]).any()
+  ref = (np.random.default_rng(0).random((500, 40)) - 0.5) / 40
+  assert stats.ks_2samp(t.ravel(), ref.ravel()).pvalue > 1e-3
+  for bad in (0.0, -1.0, float("nan")):
+    with pytest.raises(ValueError, match="model.init_scale must be > 0"):
+      init_params(init_scale=bad)
 
 
 def test_loss_and_row_grads_match_numpy_and_autodiff():
