@@ -13,7 +13,7 @@ Sides (interleaved per seed, in the order given, so all see the same background 
 All train skip-gram with negative sampling (sg=1, hs=0, negative=5, vector_size=100,
 window=5, min_count=5, sample=1e-3, epochs=5, alpha 0.025 -> 1e-4) on the embedded corpus
 (bert_jax.word2vec.data.embedded_corpus(), one sentence = one line of a file written from
-it, --order lee-first as configs/word2vec.py trains it, or enwiki-first) or on --corpus_file
+it: --order enwiki-first as configs/word2vec.py trains it, or lee-first) or on --corpus_file
 (one sentence a line, `simple_preprocess`ed for both).
 
 words/s is effective words per second of training, for both: effective words are the
@@ -109,9 +109,9 @@ def main():
                       help=f"comma-separated, of {', '.join(SIDES)}")
   parser.add_argument("--corpus_file", default="",
                       help="one sentence a line (default: the embedded corpus)")
-  parser.add_argument("--order", default="lee-first", choices=("lee-first", "enwiki-first"),
+  parser.add_argument("--order", default="enwiki-first", choices=("enwiki-first", "lee-first"),
                       help="the embedded corpus's lines: as configs/word2vec.py trains it "
-                      "(Lee stories, then the enwiki articles) or the enwiki articles first")
+                      "(the enwiki articles, then the Lee stories) or the Lee stories first")
   parser.add_argument("--epochs", type=int, default=5)
   parser.add_argument("--alpha", type=float, default=0.025)
   args = parser.parse_args()

@@ -1,8 +1,8 @@
 """word2vec input pipeline on the host, numpy only: corpus, vocabulary, skip-gram pairs.
 
 What gensim's Word2Vec does, vectorized:
-  * corpus: the embedded corpus (gensim's `lee_background.cor` through `simple_preprocess`
-    and the enwiki excerpt through gensim's own WikiCorpus tokenization), or text files
+  * corpus: the embedded corpus (the enwiki excerpt through gensim's own WikiCorpus
+    tokenization, then gensim's `lee_background.cor` through `simple_preprocess`), or text files
     (one sentence per line, `simple_preprocess`: lowercase, 2..15 letters). Sentences
     longer than `max_sentence_length` (gensim's 10000) are split rather than truncated.
   * vocabulary: words with count >= min_count, by descending count (ties as gensim).
@@ -51,8 +51,13 @@ def _split(tokens: list[str], max_len: int) -> Iterator[list[str]]:
 
 @functools.lru_cache(maxsize=2)
 def embedded_corpus(max_sentence_length: int = MAX_SENTENCE_LENGTH) -> tuple[tuple[str, ...], ...]:
-  """The Lee background documents (one per line), then the enwiki excerpt's articles."""
-  return lee_sentences(max_sentence_length) + enwiki_sentences(max_sentence_length)
+  """The enwiki excerpt's articles, then the Lee background documents (one per line).
+
+  The order of bert_jax.data.corpora's embedded documents. Under gensim's decay by
+  sentences (schedule.py) it matters: the 116 article pieces hold 88% of the words, and
+  first they are trained at the higher rates of each epoch.
+  """
+  return enwiki_sentences(max_sentence_length) + lee_sentences(max_sentence_length)
 
 
 def lee_sentences(max_sentence_length: int = MAX_SENTENCE_LENGTH) -> tuple[tuple[str, ...], ...]:
