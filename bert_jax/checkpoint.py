@@ -267,7 +267,39 @@ def check_compatible(saved_tree, abstract_tree, where: str) -> None:
     lines += [f"  unexpected in checkpoint: {k} {saved[k]}" for k in unexpected[:20]]
     lines += [f"  shape mismatch: {k} checkpoint {saved[k]} vs model {want[k]}"
               for k in misshaped[:20]]
+    if any(_is_vocab_rows(k) and saved[k][1:] == want[k][1:] for k in misshaped):
+      lines.append("  (the vocabulary tables differ in rows: the model pads them to a multiple "
+                   "of config.model.vocab_multiple, 0 = 128 x the tensor axis; a checkpoint "
+                   "saved with other padding resumes with that padding, e.g. "
+                   "--config.model.vocab_multiple=1 for one saved unpadded)")
     raise CheckpointMismatchError("\n".join(lines))
+
+
+# Param paths whose leading dimension is the (padded) vocabulary: the token tables and the
+# MLM output bias (TransformerConfig.padded_vocab).
+_VOCAB_ROWS = ("['token_embedder']['embedding']", "['embedder']['embedding']",
+               "['mlm_head']['bias']")
+
+
+def _is_vocab_rows(key: str) -> bool:
+  return any(key.endswith(name) for name in _VOCAB_ROWS)
+
+
+def pad_vocab_rows(params, template):
+  """params whose vocabulary tables have fewer rows than `template`'s (an HF model, or one
+  of our checkpoints saved unpadded) with zero rows appended to the template's count
+  (layers/config.pad_rows). Anything else is left for check_compatible to judge."""
+  from bert_jax.layers.config import pad_rows  # pylint: disable=g-import-not-at-top
+  want = _shapes(_as_plain(template))
+
+  def pad(path, leaf):
+    key, shape = jax.tree_util.keystr(path), getattr(leaf, "shape", None)
+    target = want.get(key)
+    if (shape is None or target is None or not _is_vocab_rows(key) or len(shape) != len(target)
+        or shape[1:] != target[1:] or shape[0] >= target[0]):
+      return leaf
+    return pad_rows(leaf, target[0])
+  return jax.tree_util.tree_map_with_path(pad, params)
 
 
 def _as_plain(tree):

@@ -28,6 +28,11 @@ BATCH_AXES = ("data", "fsdp")
 LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
     ("batch", BATCH_AXES),
     ("length", None),
+    # The residual stream between blocks: its positions over `tensor` (Megatron's sequence
+    # parallelism), so what a remat'd layer saves, and its LayerNorms and dropouts, split
+    # over the tensor chips instead of repeating on each; the blocks' projections gather
+    # them back (all-gather + reduce-scatter: the all-reduce of tensor parallelism, split).
+    ("residual_length", "tensor"),
     ("kv_length", None),
     ("embed", "fsdp"),
     ("heads", "tensor"),
@@ -135,14 +140,14 @@ def check_divisible(abstract, logical_specs, shardings) -> None:
         name = names[i] if i < len(names) else None
         field = _SIZE_FIELDS.get(name, "the model size of that axis")
         padded = -(-dim // ways) * ways
+        fix = (f"Pad the vocabulary: config.model.vocab_multiple=0 (128 x tensor, the "
+               f"configs' default) or a multiple of {ways} (the padding rows are never an "
+               "id)" if name == "vocab" else f"Make {field} a multiple of {ways} (e.g. {padded})")
         raise ValueError(
             f"{jax.tree_util.keystr(path)} of shape {tuple(leaf.shape)} (logical axes "
             f"{tuple(names)}): dimension {i} ('{name}', {dim}) does not split over mesh "
             f"axes {axes} ({ways} ways; config.mesh_shape resolved to "
-            f"{tuple(mesh_sizes.values())}). "
-            f"Make {field} a multiple of {ways} (e.g. {padded}"
-            + ("; the padding rows are never a label" if name == "vocab" else "")
-            + "), or change config.mesh_shape.")
+            f"{tuple(mesh_sizes.values())}). {fix}, or change config.mesh_shape.")
 
 
 def constrain(x: jax.Array, logical_names: Sequence[str | None],
@@ -219,11 +224,15 @@ def spread_over_all_devices(tree):
   backward pass of a cross-entropy over vocab-sharded logits with a (data, fsdp)-sharded
   batch gave wrong gradients (tests/train/test_sharded_steps.py guards it).
   """
-  def constrain(x):
-    if getattr(x, "ndim", 0) == 0:
-      return x
-    return jax.lax.with_sharding_constraint(x, P(MESH_AXES, *([None] * (x.ndim - 1))))
-  return jax.tree_util.tree_map(constrain, tree)
+  return jax.tree_util.tree_map(spread_rows, tree)
+
+
+def spread_rows(x):
+  """x (inside jit + mesh) with its leading (batch) dim over all mesh axes, the rest whole
+  on each chip."""
+  if getattr(x, "ndim", 0) == 0:
+    return x
+  return jax.lax.with_sharding_constraint(x, P(MESH_AXES, *([None] * (x.ndim - 1))))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

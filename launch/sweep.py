@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import itertools
+import json
 import os
 import re
 import shlex
@@ -113,21 +114,35 @@ def _cell(v) -> str:
   return "x".join(str(x) for x in v) if isinstance(v, (tuple, list)) else str(v)
 
 
-def aot_rows(config_path: str, topology: str, extra: list[str]) -> list[dict]:
+def select(points: list[dict], where: list[str]) -> list[dict]:
+  """The points whose overrides match every "KEY=V1|V2" of `where` (values as the table
+  writes them: "-1x8x4", "full"), e.g. ["config.model.remat_policy=dots_no_batch|full"]."""
+  for cond in where:
+    key, _, values = cond.partition("=")
+    if not values or not any(key in p for p in points):
+      raise ValueError(f"--where {cond!r}: expected KEY=V1|V2 with KEY one of the sweep's "
+                       f"keys {sorted(points[0]) if points else []}")
+    points = [p for p in points if _cell(p.get(key)) in values.split("|")]
+  return points
+
+
+def aot_rows(config_path: str, topology: str, extra: list[str], jsonl: str = "",
+             where: tuple[str, ...] = ()) -> list[dict]:
   """Compiles every sweep point's train step for `topology`; one result row per point.
 
   A point whose strategy already failed to fit at a smaller global batch is not compiled
-  (its row says so): HBM per chip only grows with the batch."""
+  (its row says so): HBM per chip only grows with the batch. With `jsonl`, each row is
+  appended to that file as soon as it is known (a sweep of hours keeps what it did)."""
   from bert_jax.aot import check as check_lib, report as report_lib  # pylint: disable=g-import-not-at-top
   rows = []
   too_big = {}  # strategy (the overrides but the batch) -> smallest batch that did not fit
-  for overrides in load_sweep(config_path):
+  for overrides in select(load_sweep(config_path), list(where)):
     strategy, batch = _strategy(overrides), overrides.get(BATCH_KEY)
     if batch is not None and too_big.get(strategy, batch + 1) <= batch:
       # Memory grows with the batch: a larger one cannot fit where a smaller one did not.
       row = {"overrides": overrides, "fits": False, "skipped": True,
              "error": f"not compiled: batch {too_big[strategy]} already does not fit"}
-      rows.append(row)
+      _keep(rows, row, jsonl)
       print(f"# {run_name(overrides)}: {row['error']}", file=sys.stderr, flush=True)
       continue
     arg = config_path.split(":", 1)[1] if ":" in config_path else None
@@ -146,14 +161,15 @@ def aot_rows(config_path: str, topology: str, extra: list[str]) -> list[dict]:
       row["error"] = next(r["error"] for r in report["steps"] if not r["fits"])
     except (ValueError, NotImplementedError) as e:  # e.g. a batch that does not divide
       row.update(fits=None, error=str(e))
-      rows.append(row)
+      _keep(rows, row, jsonl)
       print(f"# {run_name(overrides)}: {e}", file=sys.stderr, flush=True)
       continue
     worst = max(report["steps"], key=lambda r: r.get("hbm", {}).get("total", float("inf")))
     row.update(fits=report["fits"], mesh=report["mesh"], hbm=worst.get("hbm"),
                compile_seconds=sum(r["compile_seconds"] for r in report["steps"]),
-               roofline=worst.get("roofline"), chip=report["chip"])
-    rows.append(row)
+               roofline=worst.get("roofline"), chip=report["chip"],
+               collectives=worst.get("collectives"))
+    _keep(rows, row, jsonl)
     if not row["fits"] and batch is not None:
       too_big[strategy] = min(too_big.get(strategy, batch), batch)
     print(f"# {run_name(overrides)}: fits={row['fits']} "
@@ -162,15 +178,25 @@ def aot_rows(config_path: str, topology: str, extra: list[str]) -> list[dict]:
   return rows
 
 
+def _keep(rows: list[dict], row: dict, jsonl: str) -> None:
+  rows.append(row)
+  if jsonl:
+    with open(jsonl, "a", encoding="utf-8") as f:
+      f.write(json.dumps(row, default=str) + "\n")
+
+
 def aot_table(rows: list[dict], topology: str) -> str:
   """Markdown: one line per point, then the largest fitting batch per strategy."""
   cell = _cell
   keys = list(rows[0]["overrides"]) if rows else []
-  out = [f"AOT sweep on {topology}: train step per chip (HBM total incl. program; roofline "
-         "= lower bound of the step time from peak FLOP/s and HBM bandwidth).", "",
+  out = [f"AOT sweep on {topology}: train step per chip (HBM total incl. program; "
+         "temporaries = activations and workspace; collectives per step: count / MiB per "
+         "chip of all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute; "
+         "roofline = lower bound of the step time from peak FLOP/s and HBM bandwidth).", "",
          "| " + " | ".join(k.split(".")[-1] for k in keys)
-         + " | fits | HBM per chip | roofline ms | compile s |",
-         "|" + " --- |" * (len(keys) + 4)]
+         + " | fits | HBM per chip | temporaries | collectives AR / AG / RS / A2A / CP "
+         "| roofline ms | compile s |",
+         "|" + " --- |" * (len(keys) + 6)]
   best = {}
   for r in rows:
     hbm = (f"{r['hbm']['total'] / 2 ** 30:.2f} GiB" if r.get("hbm") else
@@ -178,7 +204,8 @@ def aot_table(rows: list[dict], topology: str) -> str:
     roof = f"{r['roofline']['step_seconds'] * 1e3:.1f}" if r.get("roofline") else ""
     comp = f"{r['compile_seconds']:.0f}" if "compile_seconds" in r else ""
     out.append("| " + " | ".join(cell(r["overrides"][k]) for k in keys)
-               + f" | {'yes' if r['fits'] else 'no'} | {hbm} | {roof} | {comp} |")
+               + f" | {'yes' if r['fits'] else 'no'} | {hbm} | {_temporaries(r)} "
+               f"| {_collectives(r.get('collectives'))} | {roof} | {comp} |")
     strategy = _strategy(r["overrides"])
     batch = r["overrides"].get(BATCH_KEY)
     if r["fits"] and batch is not None:
@@ -188,6 +215,24 @@ def aot_table(rows: list[dict], topology: str) -> str:
   out += ["", "| strategy | largest global batch that fits |", "| --- | --- |"]
   out += [f"| {', '.join(s)} | {b or 'none of the swept'} |" for s, b in best.items()]
   return "\n".join(out)
+
+
+def _temporaries(row: dict) -> str:
+  """Per-chip temporaries in GiB: the compiled step's, or the out-of-memory message's."""
+  if row.get("hbm"):
+    return (f"{row['hbm']['temporaries'] / 2 ** 30:.2f}" if "temporaries" in row["hbm"]
+            else "")
+  m = re.search(r"temporaries ([\d.]+) GiB", row.get("error", ""))
+  return f">= {m.group(1)}" if m else ""
+
+
+def _collectives(coll: dict | None) -> str:
+  """"count/MiB" per kind (all-reduce, all-gather, reduce-scatter, all-to-all, permute)."""
+  if not coll:
+    return ""
+  kinds = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+  return " / ".join(f"{coll[k]['count']}/{coll[k]['bytes'] / 2 ** 20:.0f}" if k in coll
+                    and coll[k]["count"] else "0" for k in kinds)
 
 
 def wrap(argv: list[str], args) -> list[str]:
@@ -209,6 +254,10 @@ def main(argv=None) -> int:
   p.add_argument("--aot", default="", metavar="TOPOLOGY",
                  help="compile every point for this TPU topology (e.g. v5e-256), run nothing")
   p.add_argument("--results", default="", help="with --aot: also append the table to this file")
+  p.add_argument("--where", action="append", default=[], metavar="KEY=V1|V2",
+                 help="with --aot: only the points whose KEY is one of the values")
+  p.add_argument("--jsonl", default="", help="with --aot: append each point's row to this "
+                 "file as it compiles")
   p.add_argument("--launcher", choices=["local", "tpu", "slurm"], default="local")
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
   p.add_argument("--tpu_name", default="")
@@ -220,7 +269,8 @@ def main(argv=None) -> int:
     p.error(f"unknown arguments {bad} (only --config.x=y overrides are passed through)")
   if args.aot:
     try:
-      table = aot_table(aot_rows(args.config, args.aot, extra), args.aot)
+      table = aot_table(aot_rows(args.config, args.aot, extra, args.jsonl, args.where),
+                        args.aot)
     except (FileNotFoundError, ValueError) as e:
       print(f"error: {e}", file=sys.stderr)
       return 2

@@ -72,8 +72,11 @@ def _check_task(config, topology, steps, config_name, task):
   for i, phase in enumerate(compile_lib.phases(config)):
     for name in steps:
       step = compile_lib.compile_step(setup, name, phase, int(config.train.batch_size))
-      report["steps"].append(report_lib.step_report(step, task, int(config.train.batch_size),
-                                                    setup.chip, report["num_chips"]))
+      r = report_lib.step_report(step, task, int(config.train.batch_size), setup.chip,
+                                 report["num_chips"])
+      # A phase may recompute differently from the model's default (tasks/pretraining.py).
+      r["remat_policy"] = phase.get("remat_policy", task.model_config.remat_policy)
+      report["steps"].append(r)
       texts.append(step.hlo_text)
       names.append(f"{name}_phase{i}")
   return report, texts, names

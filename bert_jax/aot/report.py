@@ -139,7 +139,8 @@ def format_report(report: dict) -> str:
            f"{_gib(report['state']['opt_state_per_chip'])} per chip"]
   for r in report["steps"]:
     head = f"{r['step']} step, " + (r.get("what") or f"seq {r['seq_len']}, global batch "
-                                    f"{r['global_batch']}") + ": "
+                                    f"{r['global_batch']}") + (
+        f", remat {r['remat_policy']}" if r.get("remat_policy") else "") + ": "
     if "hbm" not in r:
       lines.append(head + "DOES NOT FIT: " + r["error"])
       continue

@@ -14,11 +14,18 @@ A real corpus: --config.data.corpus=tfds --config.data.tfds_name=wikipedia/20230
 (needs network and `pip install -r requirements-tf.txt`); the default is the embedded one.
 Sweep: python launch/sweep.py --config configs/bert_base.py --workdir_root DIR --dry_run
 """
-from bert_jax.train.defaults import bert_pretraining_config
+from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
+
+# Remat per phase, from the AOT table (bench/RESULTS.md "AOT", v5e:2x2, the recipe's 256
+# rows, data parallel): dots_no_batch needs 3.38 GiB per chip at S128 and 9.73 GiB at S512
+# of 16, so neither phase needs `full`'s recomputation of every matmul.
+S128_REMAT, S512_REMAT = "dots_no_batch", "dots_no_batch"
 
 
 def get_config(arg=None):
-  return bert_pretraining_config("bert/base", arg)
+  c = bert_pretraining_config("bert/base", arg)
+  with_phase_remat(c, S128_REMAT, S512_REMAT)
+  return c
 
 
 def get_sweep(hyper):

@@ -10,7 +10,16 @@ Before booking a pod, compile it for the pod's topology (no TPU needed):
   python -m bert_jax.aot --config configs/bert_large.py --topology v5e:4x4
   python launch/sweep.py --config configs/bert_large.py:s512 --aot v5e-256
 """
-from bert_jax.train.defaults import bert_pretraining_config
+from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
+
+# Remat per phase, from the AOT tables (bench/RESULTS.md "AOT", v5e:4x4, mesh (4, 4, 1)):
+# S128: dots_no_batch (saves the projections' outputs, recomputes attention and the
+#   elementwise ops) fits 2048 rows in 9.45 GiB per chip of 16; `full` buys no batch the
+#   phase uses and recomputes every matmul.
+# S512: full. The [batch, heads, 512, 512] attention scores dominate: dots_no_batch fits
+#   512 rows (10.34 GiB), full 2048 (9.73 GiB); the recipe's 256 rows fit either, and
+#   full keeps room for 8x that batch.
+S128_REMAT, S512_REMAT = "dots_no_batch", "full"
 
 
 def get_config(arg=None):
@@ -19,7 +28,11 @@ def get_config(arg=None):
   c = bert_pretraining_config("bert/large", "mlm_only" if arg == "mlm_only" else None)
   c.mesh_shape = (-1, 4, 1)
   if arg == "s512":
+    # One phase; its remat is model.remat_policy, so sweeps (get_sweep) can vary it.
     c.train.phases = (dict(fraction=1.0, max_seq_length=512, max_predictions_per_seq=80),)
+    c.model.remat_policy = S512_REMAT
+  else:
+    with_phase_remat(c, S128_REMAT, S512_REMAT)
   return c
 
 
@@ -27,13 +40,11 @@ def get_sweep(hyper):
   """Parallelism x remat x global batch for `launch/sweep.py --aot TOPOLOGY` (v5p-128,
   v5e-256): which strategies fit, and the largest batch each one fits.
 
-  Tensor parallelism splits the vocabulary rows over `tensor`, and 30522 does not divide
-  by 4: that mesh runs with the table padded to 30720 rows (a multiple of 256; the
-  tokenizer's 30522 ids are unchanged, the extra rows are never a label)."""
+  The tensor-parallel mesh needs no setting of its own: the vocabulary table is padded to
+  a multiple of 128 x tensor by itself (30522 -> 30720 rows at tensor 4; config.model.
+  vocab_multiple)."""
   return hyper.product([
-      hyper.zipit([
-          hyper.sweep("config.mesh_shape", [(-1, 1, 1), (-1, 8, 1), (1, -1, 1), (-1, 8, 4)]),
-          hyper.sweep("config.model.vocab_size", [30522, 30522, 30522, 30720])]),
+      hyper.sweep("config.mesh_shape", [(-1, 1, 1), (-1, 8, 1), (1, -1, 1), (-1, 8, 4)]),
       hyper.sweep("config.model.remat_policy", ["none", "dots_no_batch", "full"]),
       hyper.sweep("config.train.batch_size", [256, 1024, 4096]),
   ])

@@ -166,7 +166,7 @@ def params_to_gpt2(config: TransformerConfig, params: Any) -> dict[str, np.ndarr
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   p = scan_to_unrolled(_to_numpy(nn.unbox(params)))
   d = config.hidden_size
-  out = {"wte.weight": p["token_embedder"]["embedding"],
+  out = {"wte.weight": p["token_embedder"]["embedding"][:config.vocab_size],  # no padding
          "wpe.weight": p["position_embedder"]["embedding"]["embedding"],
          "ln_f.weight": p["decoder"]["final_norm"]["scale"],
          "ln_f.bias": p["decoder"]["final_norm"]["bias"]}

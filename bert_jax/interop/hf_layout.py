@@ -123,6 +123,15 @@ def to_hf(kind: str, x: np.ndarray) -> np.ndarray:
   return x.reshape(-1) if kind == "qkv_bias" else x
 
 
+# Our flat paths whose leading dimension is the vocabulary, padded to
+# TransformerConfig.padded_vocab rows; HF files hold vocab_size rows.
+VOCAB_ROWS = ("embeddings/token_embedder/embedding", "mlm_head/bias")
+
+
+def is_vocab_rows(path: str) -> bool:
+  return path.endswith(VOCAB_ROWS)
+
+
 def head_of(path: str) -> str:
   """Top-level module of a param path (pooler, mlm_head, embeddings, ...), `bert/` skipped."""
   return path[len("bert/"):].split("/")[0] if path.startswith("bert/") else path.split("/")[0]

@@ -20,7 +20,7 @@ import safetensors.numpy
 from bert_jax import paths
 from bert_jax.interop import hf_layout as layout
 from bert_jax.interop.hf_config import load_hf_config
-from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.config import TransformerConfig, pad_rows
 
 _BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
 _DECODER_W, _DECODER_B = "cls.predictions.decoder.weight", "cls.predictions.decoder.bias"
@@ -113,13 +113,16 @@ def hf_to_params(tensors: dict[str, np.ndarray], config: TransformerConfig, *,
   expected = layout.expected_shapes(config, model)
   missing, shaped, flat = [], [], {}
   for path, (hf_name, kind) in table.items():
-    want = layout.hf_shape(kind, expected[path])
+    ours = expected[path]
+    if layout.is_vocab_rows(path):  # HF holds the tokenizer's rows; ours may be padded
+      ours = (config.vocab_size,) + tuple(ours[1:])
+    want = layout.hf_shape(kind, ours)
     if hf_name not in tensors:
       missing.append((path, hf_name))
     elif tuple(tensors[hf_name].shape) != want:
       shaped.append(f"{hf_name}: {tuple(tensors[hf_name].shape)} (expected {want})")
     else:
-      flat[path] = layout.to_ours(kind, tensors[hf_name], expected[path])
+      flat[path] = pad_rows(layout.to_ours(kind, tensors[hf_name], ours), expected[path][0])
   unexpected = sorted(set(tensors) - {hf for hf, _ in table.values()})
   head_missing = [p for p, _ in missing if layout.head_of(p) in layout.PRETRAINING_HEADS]
   fatal = [hf for p, hf in missing if p not in head_missing or not (

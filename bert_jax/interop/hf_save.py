@@ -49,7 +49,10 @@ def params_to_hf(config: TransformerConfig, params: Any, model: str | None = Non
   for path, (hf_name, kind) in table.items():
     if path in flat:
       name = hf_name if model != "encoder" else hf_name[len("bert."):]
-      tensors[name] = np.ascontiguousarray(layout.to_hf(kind, flat[path]))
+      value = layout.to_hf(kind, flat[path])
+      if layout.is_vocab_rows(path):  # transformers sees the tokenizer's ids, no padding
+        value = value[:config.vocab_size]
+      tensors[name] = np.ascontiguousarray(value)
   return tensors, model
 
 

@@ -111,6 +111,13 @@ def combine_masks(*masks: Optional[Array]) -> Optional[Array]:
 
 
 # ----------------------------------------------------------------- dot-product attention
+# Logical names of the activations, pinned under a mesh (parallel.constrain): heads over
+# `tensor` (as the projection kernels are), rows over the data axes. Without the pins the
+# partitioner may keep [batch, heads, len, len] scores whole on every tensor chip.
+SCORES = ("batch", "heads", "length", "kv_length")           # [batch, heads, q, kv]
+QUERY = ("batch", "length", "heads", "kv")                   # [batch, q_len, heads, d]
+KEY_VALUE = ("batch", "kv_length", "heads", "kv")            # [batch, kv_len, heads, d]
+
 def reference_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
                         mask: Array | None = None, dropout_rng=None, dropout_rate: float = 0.0,
                         deterministic: bool = True, dtype=jnp.float32):
@@ -129,6 +136,7 @@ def reference_attention(query: Array, key: Array, value: Array, bias: Array | No
   mask = as_dense(mask, query.shape[1], key.shape[1])
   logits = jnp.einsum("bqhd,bkhd->bhqk", query, key,
                       preferred_element_type=jnp.float32) / jnp.sqrt(d_k).astype(jnp.float32)
+  logits = parallel.constrain(logits, SCORES)
   if bias is not None:
     logits = logits + bias.astype(jnp.float32)
   if mask is not None:
@@ -247,7 +255,7 @@ class MultiHeadAttention(nn.Module):
         dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
         dot_general=dense_lib.for_config(cfg), kernel_init=cfg.kernel_init("embed", "heads", "kv"),
         bias_init=cfg.zeros_init("heads", "kv"))
-    query = dense(name="query")(inputs_q)   # [batch, q_len, heads, d_k]
+    query = parallel.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
     if cfg.decode and not self_attention and self.has_variable("cache", "cross_key"):
       # Decoding: the encoder side is fixed, so its keys/values were projected once.
       key = self.get_variable("cache", "cross_key")      # [batch, kv_len, heads, d_k]
@@ -256,8 +264,8 @@ class MultiHeadAttention(nn.Module):
       if inputs_kv is None:
         raise ValueError("cross-attention needs inputs_kv (the encoder output) until its "
                          "keys/values are in the decode cache.")
-      key = dense(name="key")(inputs_kv)      # [batch, kv_len, heads, d_k]
-      value = dense(name="value")(inputs_kv)  # [batch, kv_len, heads, d_v]
+      key = parallel.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
+      value = parallel.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
       if cfg.decode and not self_attention and self.is_mutable_collection("cache"):
         self.put_variable("cache", "cross_key", key)
         self.put_variable("cache", "cross_value", value)
@@ -294,6 +302,7 @@ class MultiHeadAttention(nn.Module):
       out = dot_product_attention(
           query, key, value, bias, mask, dropout_rng, cfg.attention_dropout_rate,
           cfg.deterministic, cfg.compute_dtype, impl)
+    out = parallel.constrain(out, QUERY)
     # out: [batch, q_len, heads, d_v] -> W^O -> [batch, q_len, d_model]
     return nn.DenseGeneral(
         features=inputs_q.shape[-1], axis=(-2, -1), use_bias=cfg.use_bias,

@@ -15,6 +15,10 @@ from bert_jax.layers.dropout import Dropout
 
 Array = jax.Array
 
+# The residual stream [batch, len, embed] at block edges: rows over the data axes, the
+# positions over tensor (parallel.LOGICAL_RULES "residual_length").
+RESIDUAL = ("batch", "residual_length", "embed")
+
 ACTIVATIONS = {
     "gelu": functools.partial(jax.nn.gelu, approximate=False),  # BERT: exact erf GELU
     "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
@@ -56,12 +60,12 @@ class EncoderBlock(nn.Module):
     """x [batch, len, d_model]; mask [batch, 1, len, len] bool; bias [.., heads, len, len]."""
     cfg = self.config
     return_weights = self.return_weights
-    x = parallel.constrain(x, ("batch", "length", "embed"))
+    x = parallel.constrain(x, RESIDUAL)
     attn = MultiHeadAttention(cfg, name="attention")
     x = _residual(cfg, x, lambda h: attn(h, mask=mask, bias=bias, positions=positions,
                                          return_weights=return_weights), "attention_norm")
     x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
-    x = parallel.constrain(x, ("batch", "length", "embed"))
+    x = parallel.constrain(x, RESIDUAL)
     return _block_output(x, self.scanned, self.collect_hidden)
 
 
@@ -80,7 +84,7 @@ class DecoderBlock(nn.Module):
     """x [batch, len, d]; encoded [batch, src_len, d]; masks as in EncoderBlock."""
     cfg = self.config
     return_weights = self.return_weights
-    x = parallel.constrain(x, ("batch", "length", "embed"))
+    x = parallel.constrain(x, RESIDUAL)
     self_attn = MultiHeadAttention(cfg, causal=True, name="self_attention")
     x = _residual(cfg, x, lambda h: self_attn(h, mask=self_mask, bias=self_bias,
                                               positions=positions,
@@ -97,7 +101,7 @@ class DecoderBlock(nn.Module):
                                             return_weights=return_weights),
                     "cross_attention_norm")
     x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
-    x = parallel.constrain(x, ("batch", "length", "embed"))
+    x = parallel.constrain(x, RESIDUAL)
     return _block_output(x, self.scanned, self.collect_hidden)
 
 

@@ -10,7 +10,11 @@ import dataclasses
 from typing import Optional
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+import numpy as np
+
+from bert_jax import parallel
 
 POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
@@ -21,7 +25,12 @@ ATTENTION_IMPLS = ("auto", "splash", "xla", "cudnn", "reference")
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
   """Architecture + numerics of a Transformer-family model."""
-  vocab_size: int = 30522
+  vocab_size: int = 30522           # the tokenizer's ids: what logits, import and export see
+  # The token tables' rows are vocab_size rounded up to a multiple of this (padded_vocab):
+  # rows that split over a tensor axis and fill the MXU's 128 lanes (MaxText's rule, 128 x
+  # tensor, is what configs set: train/defaults.transformer_config). The padding rows are
+  # never an input id and their logits are cut off (vocab_logits), so nothing else sees them.
+  vocab_multiple: int = 1
   hidden_size: int = 768            # d_model
   num_layers: int = 12              # encoder layers (decoder-only models: decoder layers)
   num_decoder_layers: int = 0       # encoder-decoder models only
@@ -60,12 +69,20 @@ class TransformerConfig:
     _check_choice("activation", self.activation, ACTIVATIONS)
     _check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
     _check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+    if self.vocab_multiple < 1:
+      raise ValueError(f"TransformerConfig.vocab_multiple={self.vocab_multiple}; expected a "
+                       "positive integer (1: no padding).")
     if self.hidden_size % self.num_heads and self.head_dim is None:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads "
                        f"{self.num_heads}; set head_dim explicitly.")
 
   def replace(self, **kwargs) -> "TransformerConfig":
     return dataclasses.replace(self, **kwargs)
+
+  @property
+  def padded_vocab(self) -> int:
+    """Rows of the token embedding / output tables: vocab_size up to a vocab_multiple."""
+    return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
   @property
   def d_head(self) -> int:
@@ -140,3 +157,29 @@ def embedding(config: TransformerConfig, num_embeddings: int, logical_rows: str,
   return nn.Embed(num_embeddings, config.hidden_size, dtype=config.compute_dtype,
                   param_dtype=config.params_dtype,
                   embedding_init=config.embed_init(logical_rows, "embed"), name=name)
+
+
+def vocab_logits(logits, config: TransformerConfig):
+  """[..., padded_vocab] -> [..., vocab_size]: logits over the tokenizer's ids only, so a
+  loss, an accuracy, a top-k or a sample never sees a padding row.
+
+  Under a mesh the rows are first spread over every mesh axis (the layout the steps' loss
+  uses anyway, parallel.spread_over_all_devices): the vocabulary dimension is then whole on
+  each chip and the cut is local, not a resharding of a tensor-split dimension.
+  """
+  if logits.shape[-1] == config.vocab_size:
+    return logits
+  if not jax.sharding.get_abstract_mesh().empty:
+    logits = parallel.spread_rows(logits)
+  return logits[..., :config.vocab_size]
+
+
+def pad_rows(x, rows: int):
+  """x (numpy) with zero rows appended up to `rows`: a vocabulary table or output bias
+  of vocab_size rows (an HF model, a checkpoint saved unpadded) for a padded model. The
+  padding rows are never an input id and vocab_logits cuts theirs off, so the padded
+  model computes exactly what the unpadded one did."""
+  x = np.asarray(x)
+  if x.shape[0] >= rows:
+    return x
+  return np.concatenate([x, np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)])

@@ -10,11 +10,16 @@ projections' [batch, len, embed] x [embed, heads, d]) gives dot_generals whose o
 layouts XLA satisfies by fusing the gradient's producer (LayerNorm backward, dropout)
 into a transposing loop fusion, which runs at a fraction of memory speed (profile of
 BERT-base: ~300 ms of a 3 s step in [768, 1024] transposing fusions). With the 2-D
-form the same step takes 15% less time (bench/RESULTS.md "Train step"). Only a CPU
-default (TransformerConfig.dense_grad_2d, per platform): compiled for TPU (bert_jax.aot,
-BERT-base on v5e:2x2) it lowers data-parallel temporaries (0.63 -> 0.56 GiB per chip) but
-under FSDP it turns the weight-gradient reduce-scatters into larger all-reduces and
-all-gathers (1.36 -> 2.15 GiB of collectives per step), so accelerators keep jax's.
+form the same step takes 15% less time (bench/RESULTS.md "Train step").
+Only a CPU default (TransformerConfig.dense_grad_2d, per platform). Re-measured for TPU
+with the activation pins applied (bert_jax.aot, BERT-base on v5e:2x2, 256 rows, remat
+dots_no_batch; bench/RESULTS.md "AOT"): temporaries per chip fell 2.3-2.8x (data
+parallel S512 8.45 -> 3.11 GiB), but that is not the gradient's form: the custom_vjp
+hides its dot_general from jax.checkpoint's policies, so under dots_no_batch the
+projections' outputs are no longer saved and the layer is recomputed as under `full`
+(in the sweep, dots_no_batch and full then compile to the same program). A like-for-like
+comparison (remat none or full) is still to be compiled, so accelerators keep jax's
+gradient; on CPU this means dots_no_batch recomputes like full there too.
 
 Contractions of another form (batch dimensions, contracting dims not trailing in x and
 leading in w) go to `lax.dot_general` with its usual gradient.

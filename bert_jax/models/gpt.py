@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
-from bert_jax.layers.config import TransformerConfig, embedding
+from bert_jax.layers.config import TransformerConfig, embedding, vocab_logits
 from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Decoder
@@ -25,7 +25,7 @@ class GPT(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.token_embedder = embedding(cfg, cfg.vocab_size, "vocab")
+    self.token_embedder = embedding(cfg, cfg.padded_vocab, "vocab")
     if cfg.position == "learned":
       self.position_embedder = LearnedPositionalEmbedding(cfg)
     elif cfg.position == "sinusoidal":
@@ -51,5 +51,5 @@ class GPT(nn.Module):
       # (left-padded prompts); the cache adds causality over the slots written so far.
       mask = attn_lib.padding_mask(input_mask)                  # [batch, 1, 1, cache_len]
     y, _ = self.decoder(x, self_mask=mask, positions=positions)
-    return self.token_embedder.attend(y).astype(jnp.float32)
+    return vocab_logits(self.token_embedder.attend(y), cfg).astype(jnp.float32)
 

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
-from bert_jax.layers.config import TransformerConfig, embedding
+from bert_jax.layers.config import TransformerConfig, embedding, vocab_logits
 from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Decoder, Encoder
@@ -45,7 +45,7 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.embedder = embedding(cfg, cfg.vocab_size, "vocab")
+    self.embedder = embedding(cfg, cfg.padded_vocab, "vocab")
     self.positional = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
     self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
     self.encoder = Encoder(cfg.replace(decode=False), return_weights=self.return_weights)
@@ -92,7 +92,7 @@ class Transformer(nn.Module):
       cross_mask = attn_lib.SegmentMask(None, src_mask)          # real source keys
     y, _ = self.decoder(x, encoded, self_mask=self_mask, cross_mask=cross_mask,
                         positions=positions)
-    return self.embedder.attend(y).astype(jnp.float32)           # tied output projection
+    return vocab_logits(self.embedder.attend(y), cfg).astype(jnp.float32)  # tied output
 
   def __call__(self, src_ids: Array, tgt_inputs: Array, src_mask: Array | None = None,
                tgt_mask: Array | None = None, src_segment_ids: Array | None = None,

@@ -32,6 +32,14 @@ class PretrainingTask:
     self.nsp = config.data.mode == "nsp"
     self.model_config = transformer_config(config)
     self.model = BertForPreTraining(self.model_config, nsp=self.nsp)
+    # A phase may set its own remat policy (S128 and S512 want different ones: configs/
+    # bert_large.py): the same params, another recomputation, picked by the batch's
+    # (static) length inside the jitted step.
+    self.phase_models = {
+        int(p["max_seq_length"]): BertForPreTraining(
+            self.model_config.replace(remat_policy=p["remat_policy"]), nsp=self.nsp)
+        for p in map(dict, config.train.get("phases") or ())
+        if "remat_policy" in p and "max_seq_length" in p}
     self.eval_model = BertForPreTraining(self.model_config.replace(deterministic=True),
                                          nsp=self.nsp)
 
@@ -94,6 +102,7 @@ class PretrainingTask:
     params = pretrained.load_pretraining_params(path, nsp=self.nsp)
     if self.model_config.scan_layers:
       params = unrolled_to_scan(params)
+    params = checkpoint.pad_vocab_rows(params, template)
     checkpoint.check_compatible(params, template, path)
     return params
 
@@ -122,7 +131,8 @@ class PretrainingTask:
     return inputs
 
   def apply(self, params, batch, rng, train: bool):
-    model = self.model if train else self.eval_model
+    model = (self.phase_models.get(batch["input_ids"].shape[1], self.model) if train
+             else self.eval_model)
     rngs = {"dropout": rng} if train else {}
     return model.apply({"params": params}, **self._inputs(batch), rngs=rngs)
 

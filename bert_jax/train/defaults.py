@@ -56,12 +56,14 @@ def model_config(variant: str, **overrides) -> ml_collections.ConfigDict:
   true|false` still works) means "the platform's default", see `default_for`."""
   import dataclasses  # pylint: disable=g-import-not-at-top
   from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
+  multiple = overrides.pop("vocab_multiple", 0)  # 0: 128 x tensor (vocab_multiple())
   fields = dataclasses.asdict(get_model_config(variant, **overrides))
   for name in OPTIONAL_INT_FIELDS:  # None -> 0, so the field's type is int
     fields[name] = fields[name] or 0
   for name in PER_PLATFORM_FIELDS:  # None: a bool placeholder, fixed per platform
     if fields[name] is None:
       fields[name] = config_dict.placeholder(bool)
+  fields["vocab_multiple"] = multiple
   return ml_collections.ConfigDict(dict(variant=variant, **fields))
 
 
@@ -80,8 +82,8 @@ def default_for(field: str, num_layers: int, platform: str) -> bool:
   stacked params and residuals, bench/RESULTS.md "Train step"), which repays the extra
   compile of a shallow model within a few hundred steps, so up to CPU_UNROLLED_MAX_LAYERS
   layers are unrolled there.
-  dense_grad_2d: CPU only (layers/dense.py: -15% step time there; more FSDP
-  communication when compiled for TPU).
+  dense_grad_2d: CPU only (layers/dense.py: -15% step time there; on TPU its re-measure
+  with the pins applied compared a different recomputation, not the gradient's form).
   """
   if field == "scan_layers":
     return platform != "cpu" or num_layers > CPU_UNROLLED_MAX_LAYERS
@@ -144,7 +146,24 @@ def transformer_config(config: ml_collections.ConfigDict, platform: str | None =
   for name in OPTIONAL_INT_FIELDS:  # 0 -> None: derived from hidden_size
     if overrides.get(name) == 0:
       overrides[name] = None
+  if overrides.get("vocab_multiple") == 0:
+    overrides["vocab_multiple"] = vocab_multiple(config)
   return for_platform(get_model_config(config.model.variant, **overrides), platform)
+
+
+# Token-table rows are padded to a multiple of this times the tensor axis (MaxText's
+# rule): 128 fills the TPU MXU's lanes and keeps every tensor shard whole.
+VOCAB_LANES = 128
+
+
+def vocab_multiple(config: ml_collections.ConfigDict) -> int:
+  """`config.model.vocab_multiple` 0 ("automatic"): 128 x the mesh's tensor size, so the
+  vocabulary splits over `tensor` on any mesh (BERT's 30522 rows: 30720 at tensor 4).
+  A -1 tensor entry (the rest of the devices) is resolved only with the devices: 128,
+  and state creation names a size that works if it does not split (check_divisible)."""
+  shape = tuple(config.get("mesh_shape", ()) or ())
+  tensor = shape[2] if len(shape) == 3 and shape[2] > 0 else 1
+  return VOCAB_LANES * tensor
 
 
 def base_config(task: str) -> ml_collections.ConfigDict:
@@ -175,6 +194,16 @@ def bert_pretraining_config(variant: str, arg=None) -> ml_collections.ConfigDict
       dict(fraction=0.9, max_seq_length=128, max_predictions_per_seq=20),
       dict(fraction=0.1, max_seq_length=512, max_predictions_per_seq=80)))
   return c
+
+
+def with_phase_remat(config: ml_collections.ConfigDict, *policies: str) -> None:
+  """Gives config.train.phases[i] the remat policy policies[i] (tasks/pretraining.py
+  recomputes each phase's steps with its own; a phase's policy wins over
+  model.remat_policy)."""
+  phases = tuple(config.train.phases)
+  if len(phases) != len(policies):
+    raise ValueError(f"{len(policies)} remat policies for {len(phases)} phases")
+  config.train.phases = tuple(dict(dict(p), remat_policy=r) for p, r in zip(phases, policies))
 
 
 def minilm_dir() -> str:

@@ -36,9 +36,12 @@ def _forward(cfg):
   return jax.jit(run)
 
 
-@pytest.mark.parametrize("scan", [False, True])
-def test_outputs_match_transformers(ref, scan):
-  cfg, params = hf_load.load_hf_bert(TINY, scan_layers=scan, deterministic=True)
+@pytest.mark.parametrize("scan, multiple", [(False, 1), (True, 128)])
+def test_outputs_match_transformers(ref, scan, multiple):
+  """multiple 128: the 122-row vocabulary padded to 128 rows gives the same 122 logits."""
+  cfg, params = hf_load.load_hf_bert(TINY, scan_layers=scan, deterministic=True,
+                                     vocab_multiple=multiple)
+  assert params["mlm_head"]["bias"].shape == (cfg.padded_vocab,)
   if scan:
     assert params["bert"]["encoder"]["layers"]["mlp"]["wi"]["kernel"].shape == (2, 32, 37)
   enc, at_all, at_none = _forward(cfg)(params, ref["input_ids"], ref["attention_mask"],

@@ -15,9 +15,12 @@ from bert_jax.interop import hf_save
 from tests.interop.hf_cases import TINY, TINY_MODEL, assert_same
 
 
-@pytest.mark.parametrize("scan", [False, True])
-def test_save_load_round_trip_is_exact(tmp_path, base_params, scan):
-  cfg, params = hf_load.load_hf_bert(TINY, scan_layers=scan)
+@pytest.mark.parametrize("scan, multiple", [(False, 1), (True, 128)])
+def test_save_load_round_trip_is_exact(tmp_path, base_params, scan, multiple):
+  """multiple 128: the 122-row vocabulary imported padded to 128 rows exports unpadded."""
+  cfg, params = hf_load.load_hf_bert(TINY, scan_layers=scan, vocab_multiple=multiple)
+  rows = params["bert"]["embeddings"]["token_embedder"]["embedding"].shape[0]
+  assert rows == cfg.padded_vocab == (128 if multiple > 1 else 122)
   boxed = {"params": params}  # a full variables dict is accepted too
   hf_save.save_hf_bert(str(tmp_path), cfg, boxed, tokenizer_or_vocab=os.path.join(TINY, "vocab.txt"))
   assert_same(hf_load.load_hf_bert(str(tmp_path))[1], base_params)
@@ -29,7 +32,8 @@ def test_save_load_round_trip_is_exact(tmp_path, base_params, scan):
     np.testing.assert_array_equal(saved[k], original[k], err_msg=k)
   config = json.load(open(tmp_path / "config.json"))
   assert config["architectures"] == ["BertForPreTraining"] and config["model_type"] == "bert"
-  assert hf_config.load_hf_config(str(tmp_path)) == cfg.replace(scan_layers=False)
+  assert hf_config.load_hf_config(str(tmp_path)) == cfg.replace(scan_layers=False,
+                                                                vocab_multiple=1)
   assert (tmp_path / "vocab.txt").read_text() == open(os.path.join(TINY, "vocab.txt")).read()
 
 

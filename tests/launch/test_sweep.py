@@ -1,4 +1,5 @@
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -54,16 +55,22 @@ def test_aot_table_lists_points_and_the_largest_fitting_batch_per_strategy():
     r = {"overrides": {"config.mesh_shape": mesh, "config.train.batch_size": batch},
          "fits": fits, "compile_seconds": 12.0}
     if total is not None:
-      r.update(hbm={"total": total * gib}, roofline={"step_seconds": 0.05})
+      r.update(hbm={"total": total * gib, "temporaries": (total - 1) * gib},
+               roofline={"step_seconds": 0.05},
+               collectives={"all-reduce": {"count": 226, "bytes": 867 * 2 ** 20},
+                            "all-gather": {"count": 390, "bytes": 1217 * 2 ** 20},
+                            "all-to-all": {"count": 0, "bytes": 0}})
     else:
-      r["error"] = "train step does not fit: dominant term: temporaries"
+      r["error"] = ("train step does not fit: needs >= 19.67 GiB per chip of 16.0 GiB; "
+                    "dominant term: temporaries 19.67 GiB (activations: ...)")
     return r
   rows = [row((-1, 1, 1), 256, True, 9.5), row((-1, 1, 1), 1024, False, 17.0),
           row((1, -1, 1), 256, True, 3.0), row((1, -1, 1), 1024, True, 12.0),
           row((1, -1, 1), 4096, False)]
   table = sw.aot_table(rows, "v5e-256")
-  assert "| -1x1x1 | 1024 | no | 17.00 GiB | 50.0 | 12 |" in table
-  assert "| 1x-1x1 | 4096 | no | dominant term: temporaries |" in table
+  assert "| -1x1x1 | 1024 | no | 17.00 GiB | 16.00 | 226/867 / 390/1217 / 0 / 0 / 0 | 50.0 | 12 |" in table
+  assert ("| 1x-1x1 | 4096 | no | needs >= 19.67 GiB per chip of 16.0 GiB; dominant term: "
+          "temporaries 19.67 GiB | >= 19.67 |  |  | 12 |") in table
   assert "| -1x1x1 | 256 |" in table.split("largest global batch")[1]
   assert "| 1x-1x1 | 1024 |" in table.split("largest global batch")[1]
 
@@ -82,7 +89,7 @@ def test_sweep_sets_nested_locked_config_keys():
   assert len(mod.get_sweep(sw.hyper)) == 36
 
 
-def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypatch):
+def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypatch, tmp_path):
   """bert_large.py's get_sweep through aot_rows with the compile replaced by a rule:
   fits below 1024 rows unless remat is 'none' (then below 256)."""
   sw = _sweep_module()
@@ -104,8 +111,13 @@ def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypat
     return report
 
   monkeypatch.setattr(check_lib, "check", fake_check)
-  rows = sw.aot_rows(os.path.join(ROOT, "configs", "bert_large.py:s512"), "v5e-256", [])
+  jsonl = tmp_path / "rows.jsonl"
+  rows = sw.aot_rows(os.path.join(ROOT, "configs", "bert_large.py:s512"), "v5e-256", [],
+                     jsonl=str(jsonl))
   assert len(rows) == 36
+  # Each row was written as it came: a sweep stopped midway keeps its points.
+  assert [json.loads(line)["fits"] for line in jsonl.read_text().splitlines()] == [
+      r["fits"] for r in rows]
   # Per mesh: remat none compiles 256 (no), skips 1024, 4096; the others 256, 1024 (no).
   assert len(compiled) == 4 * (1 + 2 + 2)
   skipped = [r for r in rows if r.get("skipped")]
@@ -113,6 +125,21 @@ def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypat
   assert skipped[0]["error"] == "not compiled: batch 256 already does not fit"
   table = sw.aot_table(rows, "v5e-256")
   best = table.split("largest global batch")[1]
-  assert "| -1x8x1, 30522, none | none of the swept |" in best
-  assert "| -1x8x1, 30522, full | 256 |" in best
-  assert "| -1x8x4, 30720, full | 256 |" in best   # tensor-parallel: the padded vocabulary
+  assert "| -1x8x1, none | none of the swept |" in best
+  assert "| -1x8x1, full | 256 |" in best
+  assert "| -1x8x4, full | 256 |" in best   # tensor-parallel: the vocabulary pads itself
+
+
+def test_where_selects_points_by_their_table_cells():
+  sw = _sweep_module()
+  points = sw.load_sweep(os.path.join(ROOT, "configs", "bert_large.py:s512"))
+  got = sw.select(points, ["config.model.remat_policy=dots_no_batch|full",
+                           "config.mesh_shape=-1x8x4"])
+  assert len(got) == 6 and {p["config.train.batch_size"] for p in got} == {256, 1024, 4096}
+  assert all(p["config.mesh_shape"] == (-1, 8, 4) for p in got)
+  try:
+    sw.select(points, ["config.model.nope=1"])
+  except ValueError as e:
+    assert "config.model.nope=1" in str(e) and "config.model.remat_policy" in str(e)
+  else:
+    raise AssertionError("an unknown key must be refused")

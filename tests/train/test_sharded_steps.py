@@ -148,13 +148,21 @@ def test_the_loops_steps_pin_block_activations_to_the_batch_axes():
   p_train, _ = jit_steps(task, tx, schedule, config.train, sh, mesh)
   got = pins(p_train)
   layers = task.model_config.num_layers
-  # Each layer: block input and output, forward and backward (the transpose keeps the pin).
-  assert got['[{"data", "fsdp"}, {}, {}]'] == 4 * layers, got
-  assert got['[{"data", "fsdp"}, {}, {"tensor"}]'] == 2 * layers, got
+  # Each layer: block input and output, forward and backward (the transpose keeps the pin),
+  # positions over tensor between blocks (sequence parallelism).
+  assert got['[{"data", "fsdp"}, {"tensor"}, {}]'] == 4 * layers, got
+  # The FFN's hidden [batch, len, mlp] per layer, and the MLM logits [batch, P, vocab]
+  # (vocabulary over tensor, as the table's rows), forward and backward.
+  assert got['[{"data", "fsdp"}, {}, {"tensor"}]'] == 2 * layers + 2, got
+  # Attention: queries, keys, values and the heads' output [batch, len, heads, d], heads
+  # over tensor, forward and backward.
+  assert got['[{"data", "fsdp"}, {}, {"tensor"}, {}]'] == 8 * layers, got
+  # The MLM head's input and normalized hidden [batch, P, hidden]: rows over the data axes.
+  assert got['[{"data", "fsdp"}, {}, {}]'] == 4, got
   # The step as the loop jitted it before: under `with mesh:` only, the pins were no-ops.
   bare = jax.jit(functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule))
   with mesh:
-    assert not pins(bare)['[{"data", "fsdp"}, {}, {}]']
+    assert not pins(bare)['[{"data", "fsdp"}, {"tensor"}, {}]']
 
 
 def test_a_vocabulary_that_does_not_split_over_tensor_names_the_field_and_a_fix():
@@ -166,12 +174,14 @@ def test_a_vocabulary_that_does_not_split_over_tensor_names_the_field_and_a_fix(
   with pytest.raises(ValueError, match=re.escape(
       "['token_embedder']['embedding'] of shape (66, 32) (logical axes ('vocab', 'embed')): "
       "dimension 0 ('vocab', 66) does not split over mesh axes ('tensor',) (4 ways; "
-      "config.mesh_shape resolved to (2, 1, 4)). Make config.model.vocab_size a multiple "
-      "of 4 (e.g. 68; the padding rows are never a label), or change config.mesh_shape.")):
+      "config.mesh_shape resolved to (2, 1, 4)). Pad the vocabulary: "
+      "config.model.vocab_multiple=0 (128 x tensor, the configs' default) or a multiple of "
+      "4 (the padding rows are never an id), or change config.mesh_shape.")):
     create_sharded_state(task, tx, parallel.create_mesh((-1, 1, 4)), random_batch(0, vocab=66),
                          seed=0)
-  config.model.vocab_size = 68   # the suggested size builds
+  config.model.vocab_multiple = 0   # the suggested padding builds: 128 x tensor rows
+  config.mesh_shape = (2, 1, 4)
   state, _, _ = create_sharded_state(PretrainingTask(config), tx,
                                      parallel.create_mesh((2, 1, 4)),
                                      random_batch(0, vocab=66), seed=0)
-  assert state.params["bert"]["embeddings"]["token_embedder"]["embedding"].shape == (68, 32)
+  assert state.params["bert"]["embeddings"]["token_embedder"]["embedding"].shape == (512, 32)

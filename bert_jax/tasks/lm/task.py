@@ -90,6 +90,7 @@ class LmTask:
       _, params, _ = checkpoint.load_params_for_inference(path)
       convert = unrolled_to_scan if self.model_config.scan_layers else scan_to_unrolled
       params = convert(params)
+    params = checkpoint.pad_vocab_rows(params, template)
     checkpoint.check_compatible(params, template, path)
     return params
 
