@@ -60,8 +60,12 @@ def _config_file(name: str):
 
 def config_of(case: str, data_dir: str | None = None):
   """The run config of a case: its config file's recipe, a tiny model, dropout off."""
+  # vocab_multiple=1: the committed inputs and trajectories come from an unpadded init (a
+  # table's init draws as many rows as it has); padding is checked against transformers in
+  # tests/test_export.py and tests/models/test_vocab_padding.py.
   tiny = dict(num_layers=2, hidden_size=32, num_heads=4, dropout_rate=0.0,
-              attention_dropout_rate=0.0, dtype="float32", scan_layers=False)
+              attention_dropout_rate=0.0, dtype="float32", scan_layers=False,
+              vocab_multiple=1)
   if case == "pretraining":
     c = _config_file("bert_tiny").get_config("bert")
     c.model.update(tiny, mlp_dim=64, vocab_size=122, max_len=SEQ)
