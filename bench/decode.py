@@ -52,12 +52,12 @@ def _timed(fn, reps: int):
 
 
 # ------------------------------------------------------------------------------ ours
-def run_ours(args) -> dict:
+def build_ours(args):
+  """(model, params, src [batch, src_len], mask) of the benchmarked Transformer."""
   sys.path.insert(0, ROOT)
   import jax
   import jax.numpy as jnp
 
-  from bert_jax import decoding
   from bert_jax.layers.config import TransformerConfig
   from bert_jax.models.seq2seq import Transformer
 
@@ -67,22 +67,35 @@ def run_ours(args) -> dict:
       max_len=max(args.src_len, args.new_tokens) + 1, type_vocab_size=0, activation="relu",
       position="sinusoidal", scale_embeddings=True, init="xavier", layer_norm_eps=1e-5,
       dropout_rate=0.0, attention_dropout_rate=0.0, deterministic=True,
-      scan_layers=args.scan)
+      scan_layers=args.scan, matmul_dtype=getattr(args, "matmul_dtype", None))
   model = Transformer(cfg)
   src = jnp.asarray(_sources(args.batch, args.src_len, DIMS["vocab"]))
   mask = jnp.ones(src.shape, bool)
   params = jax.jit(lambda: model.init(jax.random.key(0), src[:, :2], src[:, :2])["params"])()
+  return model, params, src, mask
+
+
+def run_ours(args) -> dict:
+  import jax
+
+  from bert_jax import decoding
+  model, params, src, mask = build_ours(args)
+  models = {"": model}
+  if args.bf16:  # the same weights, matmul operands in bfloat16 (float32 accumulation)
+    models["bf16"] = model.clone(config=model.config.replace(matmul_dtype="bfloat16"))
   out = {}
-  for name, kw in (("beam", dict(method="beam", beam_size=args.beam)),
-                   ("greedy", dict(method="greedy"))):
-    def call(kw=kw):
+  for name, kw, tag in [(n, k, t) for n, k in (
+      ("beam", dict(method="beam", beam_size=args.beam)), ("greedy", dict(method="greedy")))
+                        for t in models]:
+    model = models[tag]
+    def call(kw=kw, model=model):
       seqs, _ = decoding.seq2seq_generate(model, params, src, mask, max_len=args.new_tokens,
                                           bos_id=BOS, eos_id=None, alpha=0.6,
                                           extra_len=None, **kw)
       return jax.block_until_ready(seqs)
     first, times, seqs = _timed(call, args.reps)
     assert seqs.shape == (args.batch, args.new_tokens) and int((seqs == PAD).sum()) == 0
-    out[name] = dict(first=first, times=times)
+    out[name + tag] = dict(first=first, times=times)
   return out
 
 
@@ -141,11 +154,15 @@ def main(argv=None):
   p.add_argument("--reps", type=int, default=3)
   p.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
   p.add_argument("--scan", action="store_true", help="ours with scan over layers")
+  p.add_argument("--bf16", action="store_true",
+                 help="also ours with bfloat16 matmul operands (matmul_dtype)")
   p.add_argument("--ref_python", default=os.path.join(ROOT, ".venv-ref", "bin", "python"))
   args = p.parse_args(argv)
   if args.side == "ref":
     print(json.dumps(run_ref(args)))
     return
+  import bench_util  # pylint: disable=g-import-not-at-top
+  bench_util.header("bench/decode.py")
   ours = run_ours(args)
   if args.side == "ours":
     print(json.dumps(ours))
@@ -168,6 +185,11 @@ def main(argv=None):
     print(ours_line)
     print(ref_line)
     print(f"{name}: ours / theirs tokens/s = {ours_tok / ref_tok:.2f}x")
+    if name + "bf16" in ours:
+      line, tok = _line("ours, bf16 matmuls", name, ours[name + "bf16"], args)
+      print(line)
+      print(f"{name}: ours with bf16 matmuls / theirs tokens/s = {tok / ref_tok:.2f}x")
+  print(bench_util.load_line("end"))
 
 
 if __name__ == "__main__":

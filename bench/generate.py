@@ -40,7 +40,7 @@ def _best(fn, repeats: int) -> float:
 
 
 # ----------------------------------------------------------------------------- ours
-def ours(dims: dict, batches, repeats: int) -> dict:
+def ours(dims: dict, batches, repeats: int, bf16: bool = False) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -55,7 +55,7 @@ def ours(dims: dict, batches, repeats: int) -> dict:
   params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
   rng = np.random.default_rng(0)
 
-  def run(batch, width, new):
+  def run(batch, width, new, model=model):
     prompt = jnp.asarray(rng.integers(0, dims["vocab_size"], (batch, width)), jnp.int32)
     lengths = jnp.full((batch,), width, jnp.int32)
     call = lambda: gpt_generate(model, params, prompt, lengths, max_new_tokens=new,
@@ -67,6 +67,12 @@ def ours(dims: dict, batches, repeats: int) -> dict:
   for b in batches:
     out["tokens_per_sec"][str(b)] = b * NEW / run(b, PROMPT, NEW)
     _note("ours batch", b, "tokens/s", out["tokens_per_sec"][str(b)])
+  if bf16:  # the same weights, matmul operands in bfloat16 (float32 accumulation)
+    bf16_model = GPT(cfg.replace(matmul_dtype="bfloat16"))
+    out["bf16_tokens_per_sec"] = {}
+    for b in batches:
+      out["bf16_tokens_per_sec"][str(b)] = b * NEW / run(b, PROMPT, NEW, bf16_model)
+      _note("ours bf16 matmuls batch", b, "tokens/s", out["bf16_tokens_per_sec"][str(b)])
   # Time per token at a position: one cache of every position slot for all of them (so the
   # program is the same size), k new tokens after a prompt of `pos` minus 1 new token.
   from bert_jax.decoding import gpt_init_cache, gpt_step_fn, sample  # pylint: disable=g-import-not-at-top
@@ -119,6 +125,8 @@ def main():
   p.add_argument("--batches", default="1,16")
   p.add_argument("--repeats", type=int, default=2)
   p.add_argument("--side", choices=["both", "ours", "theirs"], default="both")
+  p.add_argument("--bf16", action="store_true",
+                 help="also ours with bfloat16 matmul operands (matmul_dtype)")
   p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
   p.add_argument("--ref_python", default=os.environ.get(
       "REF_PYTHON", "/work/main/.venv-ref/bin/python"))
@@ -127,6 +135,8 @@ def main():
   if args.side == "theirs":
     print(json.dumps(theirs(dims, batches, args.repeats, args.threads)))
     return
+  import bench_util  # pylint: disable=g-import-not-at-top
+  bench_util.header("bench/generate.py")
   result = {"dims": args.dims, **dims, "prompt": PROMPT, "new_tokens": NEW}
   if args.side == "both":
     proc = subprocess.run(
@@ -136,11 +146,15 @@ def main():
     if proc.returncode:
       sys.exit(f"the reference side failed:\n{proc.stderr[-3000:]}")
     result["theirs"] = json.loads(proc.stdout.strip().splitlines()[-1])
-  result["ours"] = ours(dims, batches, args.repeats)
+  result["ours"] = ours(dims, batches, args.repeats, args.bf16)
   if "theirs" in result:
-    result["speedup"] = {b: result["ours"]["tokens_per_sec"][b] / result["theirs"][
-        "tokens_per_sec"][b] for b in result["ours"]["tokens_per_sec"]}
+    for key, name in (("tokens_per_sec", "speedup"), ("bf16_tokens_per_sec", "speedup_bf16")):
+      if key in result["ours"]:
+        result[name] = {
+            b: result["ours"][key][b] / result["theirs"]["tokens_per_sec"][b]
+            for b in result["ours"][key]}
   print(json.dumps(result, indent=1))
+  print(bench_util.load_line("end"))
 
 
 if __name__ == "__main__":

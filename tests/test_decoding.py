@@ -72,9 +72,11 @@ def test_gpt_cached_steps_equal_full_forward(position, scan):
     np.testing.assert_allclose(logits[:, 0], full[jnp.arange(2), lengths + t], atol=1e-5)
 
 
-@pytest.mark.parametrize("scan", [False, True])
-def test_seq2seq_cached_steps_equal_full_forward(scan):
-  cfg = SEQ2SEQ.replace(scan_layers=scan)
+@pytest.mark.parametrize("scan,matmul_dtype", [(False, None), (True, None),
+                                                (False, "bfloat16")])
+def test_seq2seq_cached_steps_equal_full_forward(scan, matmul_dtype):
+  """Also with bf16 matmul operands: the cached steps round what the full pass rounds."""
+  cfg = SEQ2SEQ.replace(scan_layers=scan, matmul_dtype=matmul_dtype)
   src = jnp.array([[5, 6, 7, 8, 0, 0], [9, 10, 11, 12, 13, 14]])
   inputs = shift_right(jnp.array([[3, 4, 5, 6, 7], [8, 9, 10, 11, 12]]), BOS)
   model = Transformer(cfg)
@@ -88,6 +90,12 @@ def test_seq2seq_cached_steps_equal_full_forward(scan):
   for i in range(5):
     logits, cache = step(inputs[:, i:i + 1], cache)
     np.testing.assert_allclose(logits[:, 0], full[:, i], atol=1e-5)
+  # A new encoder output against a cache that holds the old one's K/V: an error, not a
+  # decode that silently ignores it.
+  dm = D.decode_model(model)
+  with pytest.raises(ValueError, match="already holds cross_key/cross_value"):
+    dm.apply({"params": params, "cache": cache["model"]}, encoded, src > 0, inputs[:, :1],
+             method="decode", mutable=["cache"])
 
 
 # ------------------------------------------------------------------------ searches

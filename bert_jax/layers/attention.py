@@ -231,7 +231,8 @@ class MultiHeadAttention(nn.Module):
   With `config.decode`, self-attention keeps a KV cache in the "cache" collection, and
   cross-attention projects `inputs_kv` (the encoder output) on its first call with a
   mutable "cache" into `cross_key` / `cross_value` and reads them from there afterwards
-  (`inputs_kv` is then only a placeholder and may be None).
+  (`inputs_kv` must then be None: a new encoder output against a primed cache is an
+  error, not silently ignored).
   """
   config: TransformerConfig
   causal: bool = False  # only used to build the mask while decoding with the cache
@@ -258,8 +259,12 @@ class MultiHeadAttention(nn.Module):
     query = parallel.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
     if cfg.decode and not self_attention and self.has_variable("cache", "cross_key"):
       # Decoding: the encoder side is fixed, so its keys/values were projected once.
-      key = self.get_variable("cache", "cross_key")      # [batch, kv_len, heads, d_k]
-      value = self.get_variable("cache", "cross_value")  # [batch, kv_len, heads, d_v]
+      if inputs_kv is not None:
+        raise ValueError("decode got an encoder output but the decode cache already holds "
+                         "cross_key/cross_value (projected from an earlier one): pass "
+                         "encoded=None to use the cached ones, or start from a fresh cache.")
+      key = _from_cache(self.get_variable("cache", "cross_key"))      # [b, kv, heads, d_k]
+      value = _from_cache(self.get_variable("cache", "cross_value"))  # [b, kv, heads, d_v]
     else:
       if inputs_kv is None:
         raise ValueError("cross-attention needs inputs_kv (the encoder output) until its "
@@ -267,8 +272,8 @@ class MultiHeadAttention(nn.Module):
       key = parallel.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
       value = parallel.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
       if cfg.decode and not self_attention and self.is_mutable_collection("cache"):
-        self.put_variable("cache", "cross_key", key)
-        self.put_variable("cache", "cross_value", value)
+        self.put_variable("cache", "cross_key", _to_cache(key))
+        self.put_variable("cache", "cross_value", _to_cache(value))
 
     if cfg.position == "rotary":
       if positions is None:
@@ -315,21 +320,23 @@ class MultiHeadAttention(nn.Module):
 
     The cache is created (zeros, full length) when the "cache" collection is first
     initialized with a full-length input; each decode call then appends `q_len` entries.
+    It is stored heads-major, [batch, heads, max_len, d] (see _to_cache): the write is then
+    in place and the attention reads it without a per-step copy.
     """
     is_initialized = self.has_variable("cache", "cached_key")
-    cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
-    cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, _cache_shape(key), key.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, _cache_shape(value),
+                                 value.dtype)
     cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32))
     if not is_initialized:
       return key, value, mask
-    batch, max_len, heads, d_k = cached_key.value.shape
+    max_len = cached_key.value.shape[2]
     q_len = key.shape[1]
     index = cache_index.value
-    key = jax.lax.dynamic_update_slice(cached_key.value, key.astype(cached_key.value.dtype),
-                                       (0, index, 0, 0))     # [batch, max_len, heads, d_k]
-    value = jax.lax.dynamic_update_slice(cached_value.value,
-                                         value.astype(cached_value.value.dtype), (0, index, 0, 0))
-    cached_key.value, cached_value.value = key, value
+    zero = jnp.zeros((), index.dtype)
+    for var, new in ((cached_key, key), (cached_value, value)):
+      var.value = jax.lax.dynamic_update_slice(            # [batch, heads, max_len, d]
+          var.value, _to_cache(new).astype(var.value.dtype), (zero, zero, index, zero))
     cache_index.value = index + q_len
     query_pos = index + jnp.arange(q_len)                    # [q_len]
     key_pos = jnp.arange(max_len)                            # [max_len]
@@ -337,4 +344,22 @@ class MultiHeadAttention(nn.Module):
     cache_mask = written[None, None]                         # [1, 1, q_len, max_len]
     if mask is not None and mask.shape[-1] == max_len:
       cache_mask = cache_mask & mask                         # e.g. left-padded prompts
-    return key, value, cache_mask
+    return _from_cache(cached_key.value), _from_cache(cached_value.value), cache_mask
+
+
+# Decode caches keep keys/values heads-major, [batch, heads, len, d], not in the
+# [batch, len, heads, d] layout of the projections: that is the operand layout XLA:CPU's
+# batched attention dots want, so the transposes below fold into them. Stored
+# [batch, len, heads, d], every step copied each layer's whole K and V cache into a
+# transposed buffer (4 copies a layer, ~13% of a greedy step of bench/decode.py: see
+# bench/RESULTS.md "Decoding").
+def _to_cache(x: Array) -> Array:
+  return jnp.swapaxes(x, 1, 2)     # [batch, len, heads, d] -> [batch, heads, len, d]
+
+
+_from_cache = _to_cache           # the same swap back
+
+
+def _cache_shape(x: Array) -> tuple[int, ...]:
+  batch, length, heads, d = x.shape
+  return (batch, heads, length, d)

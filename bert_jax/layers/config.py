@@ -54,6 +54,11 @@ class TransformerConfig:
   use_bias: bool = True
   dtype: str = "float32"            # compute dtype ("bfloat16" on accelerators)
   param_dtype: str = "float32"
+  # The operand dtype of the weight matmuls (Dense layers, attention projections, the tied
+  # output layer), accumulated in float32; None = the compute dtype. "bfloat16" with
+  # float32 compute is mixed precision for decoding on CPU: XLA:CPU's bf16 x bf16 -> f32
+  # skinny matmuls ran ~1.7x its float32 rate at 16-128 rows (a loaded-machine probe).
+  matmul_dtype: Optional[str] = None
   # One of ATTENTION_IMPLS; "auto": splash on TPU, cuDNN on GPU, XLA on CPU (attention.py).
   attention_impl: str = "auto"
   scan_layers: bool = False

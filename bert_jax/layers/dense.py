@@ -74,7 +74,30 @@ _dense_dot.defvjp(_fwd, _bwd)
 
 def for_config(cfg):
   """The `dot_general=` of a Dense layer under TransformerConfig `cfg` (None = lax's)."""
+  if cfg.matmul_dtype is not None:
+    return functools.partial(cast_dot_general, jnp.dtype(cfg.matmul_dtype))
   return dot_general if cfg.dense_grad_2d else None
+
+
+def cast_dot_general(dtype, lhs, rhs, dimension_numbers, precision=None,
+                     preferred_element_type=None, **kwargs):
+  """`lax.dot_general` of both operands cast to `dtype`, accumulated and returned in float32.
+
+  The weights' cast is loop-invariant inside a decode loop: XLA hoists it out, so the
+  loop reads `dtype` weights (half the bytes for bfloat16).
+  """
+  del preferred_element_type
+  return lax.dot_general(lhs.astype(dtype), rhs.astype(dtype), dimension_numbers,
+                         precision=precision, preferred_element_type=jnp.float32, **kwargs)
+
+
+def attend(cfg, embedder, x):
+  """A tied output layer: x [..., d] · embedder.embeddingᵀ -> logits [..., vocab] float32,
+  with the matmul operands in cfg.matmul_dtype if set (else flax's Embed.attend)."""
+  if cfg.matmul_dtype is None:
+    return embedder.attend(x).astype(jnp.float32)
+  return cast_dot_general(jnp.dtype(cfg.matmul_dtype), x, embedder.embedding,
+                          (((x.ndim - 1,), (1,)), ((), ())))
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,

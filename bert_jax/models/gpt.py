@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
+from bert_jax.layers import dense as dense_lib
 from bert_jax.layers.config import TransformerConfig, embedding, vocab_logits
 from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -51,5 +52,6 @@ class GPT(nn.Module):
       # (left-padded prompts); the cache adds causality over the slots written so far.
       mask = attn_lib.padding_mask(input_mask)                  # [batch, 1, 1, cache_len]
     y, _ = self.decoder(x, self_mask=mask, positions=positions)
-    return vocab_logits(self.token_embedder.attend(y), cfg).astype(jnp.float32)
+    # The tied output projection (float32 logits), cut to the tokenizer's ids.
+    return vocab_logits(dense_lib.attend(cfg, self.token_embedder, y), cfg)
 

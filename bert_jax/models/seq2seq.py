@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
+from bert_jax.layers import dense as dense_lib
 from bert_jax.layers.config import TransformerConfig, embedding, vocab_logits
 from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import SinusoidalPositionalEncoding
@@ -77,7 +78,9 @@ class Transformer(nn.Module):
              tgt_segment_ids: Array | None = None) -> Array:
     """Decoder logits [batch, tgt_len, vocab] float32 for the (shifted) target inputs.
 
-    While decoding with the cache, pass one token per call and its position.
+    While decoding with the cache, pass one token per call and its position, and
+    encoded=None once the cache holds the cross-attention keys/values (passing an encoder
+    output then raises: it would not be used).
     """
     cfg = self.config
     positions = _default_positions(tgt_inputs) if tgt_positions is None else tgt_positions
@@ -92,7 +95,8 @@ class Transformer(nn.Module):
       cross_mask = attn_lib.SegmentMask(None, src_mask)          # real source keys
     y, _ = self.decoder(x, encoded, self_mask=self_mask, cross_mask=cross_mask,
                         positions=positions)
-    return vocab_logits(self.embedder.attend(y), cfg).astype(jnp.float32)  # tied output
+    # The tied output projection (float32 logits), cut to the tokenizer's ids.
+    return vocab_logits(dense_lib.attend(cfg, self.embedder, y), cfg)
 
   def __call__(self, src_ids: Array, tgt_inputs: Array, src_mask: Array | None = None,
                tgt_mask: Array | None = None, src_segment_ids: Array | None = None,

@@ -12,6 +12,8 @@ from ml_collections import config_dict
 
 # TransformerConfig fields that are Optional[int]: None in the dataclass, 0 in a config.
 OPTIONAL_INT_FIELDS = ("head_dim", "mlp_dim")
+# TransformerConfig str fields whose None means "unset" (matmul_dtype: the compute dtype).
+OPTIONAL_STR_FIELDS = ("matmul_dtype",)
 
 
 def train_config(**overrides) -> ml_collections.ConfigDict:
@@ -60,6 +62,9 @@ def model_config(variant: str, **overrides) -> ml_collections.ConfigDict:
   fields = dataclasses.asdict(get_model_config(variant, **overrides))
   for name in OPTIONAL_INT_FIELDS:  # None -> 0, so the field's type is int
     fields[name] = fields[name] or 0
+  for name in OPTIONAL_STR_FIELDS:  # None: a str placeholder (--config.model.x=bfloat16)
+    if fields[name] is None:
+      fields[name] = config_dict.placeholder(str)
   for name in PER_PLATFORM_FIELDS:  # None: a bool placeholder, fixed per platform
     if fields[name] is None:
       fields[name] = config_dict.placeholder(bool)

@@ -81,3 +81,25 @@ def test_tied_output_layer_and_bias_gradients_match_autodiff():
                   jax.grad(ref, argnums=(0, 1, 2))(x, table, bias)):
     assert g.shape == e.shape
     np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_matmul_operands_accumulate_in_float32():
+  """matmul_dtype="bfloat16": operands rounded to bf16, products summed in float32 (the
+  float64 product of the rounded operands, not a bf16-rounded result), float32 out."""
+  from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
+  kx, kw = jax.random.split(jax.random.key(4))
+  x = jax.random.normal(kx, (3, 64))
+  w = jax.random.normal(kw, (64, 5))
+  cfg = TransformerConfig(vocab_size=5, hidden_size=64, num_layers=1, num_heads=1,
+                          matmul_dtype="bfloat16")
+  got = dense.for_config(cfg)(x, w, (((1,), (0,)), ((), ())))
+  r = lambda a: np.asarray(a.astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+  want = r(x) @ r(w)
+  assert got.dtype == jnp.float32
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert np.abs(np.asarray(x, np.float64) @ np.asarray(w, np.float64) - want).max() > 1e-3
+  table = nn.Embed(5, 64)
+  params = table.init(jax.random.key(5), jnp.zeros((1,), jnp.int32))
+  logits = table.apply(params, x, method=lambda m, x: dense.attend(cfg, m, x))  # [3, 5]
+  np.testing.assert_allclose(logits, r(x) @ r(params["params"]["embedding"]).T,
+                             rtol=1e-5, atol=1e-5)
