@@ -109,12 +109,14 @@ def data_dir(tmp_path_factory):
 def evaluated(data_dir, tmp_path_factory):
   """6 steps, eval and a checkpoint every 2, keep 1 + the best eval mlm_loss (async saves).
 
-  lr 0.3 overshoots on purpose: eval loss is best at step 2 and then rises, so the best
-  checkpoint is not the latest one.
+  "Best" is the HIGHEST eval loss here: at the config's learning rate the eval loss falls
+  from evaluation to evaluation, so the best checkpoint is an early one, not the latest.
+  (An overshooting learning rate made "min" pick an early step only for one corpus and
+  vocabulary: a change of either moved the best to the last step.)
   """
   workdir = str(tmp_path_factory.mktemp("evaluated"))
   config = paths_config(data_dir, 6, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
-                        best_metric="mlm_loss", best_mode="min", learning_rate=0.3)
+                        best_metric="mlm_loss", best_mode="max")
   assert config.train.async_checkpoints
   result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
   return config, workdir, result
@@ -159,7 +161,7 @@ def test_periodic_eval_and_train_metrics(evaluated):
   assert set(tb) >= TRAIN_KEYS | EVAL_KEYS
   # The run's end: its config and final metrics on TensorBoard's hparams dashboard.
   hparams, metric_tags = _tensorboard_hparams(workdir)
-  assert hparams["train.learning_rate"].number_value == pytest.approx(0.3)
+  assert hparams["train.learning_rate"].number_value == pytest.approx(config.train.learning_rate)
   assert hparams["train.best_metric"].string_value == "mlm_loss"
   assert hparams["model.num_layers"].number_value == 1
   assert hparams["train.async_checkpoints"].bool_value is True
@@ -174,8 +176,8 @@ def test_periodic_eval_and_train_metrics(evaluated):
 def test_keeps_the_latest_and_the_best_checkpoint(evaluated):
   _, workdir, _ = evaluated
   losses = {s: r["eval/mlm_loss"] for s, r in _eval_rows(workdir).items()}
-  best = min(losses, key=losses.get)
-  assert best != 6, f"setup: the eval loss should rise after step 2 at lr 0.3: {losses}"
+  best = max(losses, key=losses.get)
+  assert best != 6, f"setup: the eval loss should fall from step 2 on: {losses}"
   steps_kept = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps()
   assert steps_kept == sorted({best, 6})  # keep_checkpoints=1 plus the best by eval
   # Both async saves are complete and hold different params.
