@@ -23,6 +23,7 @@ from ml_collections import config_flags
 
 from bert_jax.cli import parse_flags
 from bert_jax.data import beam_util
+from bert_jax.tasks import registry
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config(arg)).",
@@ -34,21 +35,6 @@ flags.DEFINE_string("beam_options", "",
                     "'--direct_running_mode=multi_processing --direct_num_workers=2' or "
                     "'--flink_master=host:8081 --environment_type=LOOPBACK'.")
 flags.mark_flags_as_required(["config"])
-
-
-def prepare_config(config, beam=None, verbose: bool = True) -> list:
-  """Prepares everything training `config` reads; the prepared data of each phase."""
-  if config.task == "lm":
-    from bert_jax.tasks.lm import data as lm_data  # pylint: disable=g-import-not-at-top
-    return [lm_data.prepare(config.data, verbose, beam=beam)]
-  if config.task != "bert_pretraining":
-    raise ValueError(f"config.task={config.task!r}: the preparation command serves "
-                     "'bert_pretraining' (BERT MLM + NSP / MLM only) and 'lm' (GPT).")
-  from bert_jax.data import prepare as prepare_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks.pretraining import PretrainingTask  # pylint: disable=g-import-not-at-top
-  task = PretrainingTask(config)
-  return [prepare_lib.prepare(task.phase_data_config(dict(phase)), verbose, beam=beam)
-          for phase in config.train.get("phases") or [{}]]
 
 
 def main(argv):
@@ -63,7 +49,7 @@ def main(argv):
     if FLAGS.beam_options and not beam:
       raise ValueError("--beam_options without --beam_runner: name the runner.")
     paths.check_config(_CONFIG.value)
-    prepare_config(_CONFIG.value, beam=beam)
+    registry.prepare_data(_CONFIG.value, beam=beam)
   except (ValueError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)

@@ -66,6 +66,23 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   return train_and_evaluate(config, workdir, task)
 
 
+def prepare_data(config: ml_collections.ConfigDict, beam=None, verbose: bool = True) -> list:
+  """Prepares everything training `config` reads, trains nothing (`python -m
+  bert_jax.prepare`); the prepared data of each phase. Here, not in the CLI module, so
+  that callers do not define the CLI's absl flags (a second --config beside main's)."""
+  if config.task == "lm":
+    from bert_jax.tasks.lm import data as lm_data  # pylint: disable=g-import-not-at-top
+    return [lm_data.prepare(config.data, verbose, beam=beam)]
+  if config.task != "bert_pretraining":
+    raise ValueError(f"config.task={config.task!r}: the preparation command serves "
+                     "'bert_pretraining' (BERT MLM + NSP / MLM only) and 'lm' (GPT).")
+  from bert_jax.data import prepare as prepare_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.pretraining import PretrainingTask  # pylint: disable=g-import-not-at-top
+  task = PretrainingTask(config)
+  return [prepare_lib.prepare(task.phase_data_config(dict(phase)), verbose, beam=beam)
+          for phase in config.train.get("phases") or [{}]]
+
+
 def _predict(config: ml_collections.ConfigDict, workdir: str) -> str:
   if config.task in TRAINERS or not task_class(config.task).host_scored:
     raise ValueError(f"config.mode='predict' is for the host-scored tasks "

@@ -162,10 +162,9 @@ def test_a_real_train_step_through_the_loop(tmp_path, configs_gpt_path):
 def test_the_preparation_command_builds_gpt_documents_on_beam(tmp_path, configs_gpt_path):
   """`python -m bert_jax.prepare` on an lm config: the documents stage on Beam, the
   BPE and token streams in process; the same documents as the in-process path."""
-  from bert_jax import prepare as prepare_cli  # pylint: disable=g-import-not-at-top
   from bert_jax.data import beam_util  # pylint: disable=g-import-not-at-top
   c = _lm_config(tmp_path, validation_fraction=0.2)
-  (beam_built,) = prepare_cli.prepare_config(
+  (beam_built,) = registry.prepare_data(
       c, beam=beam_util.BeamRun("DirectRunner", "--direct_running_mode=in_memory"),
       verbose=False)
   ref = data_lib.prepare(c.data, verbose=False)  # reuses all of it
