@@ -32,7 +32,7 @@ install-test: $(TEST_STAMP)
 
 # The full suite (CI runs exactly this).
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n 2 --durations=15 tests
+	$(BIN)/python -m pytest -q -rs -n 2 --durations=15 tests
 
 # Without the slow end-to-end cases.
 test-fast: $(TEST_STAMP)

@@ -56,9 +56,16 @@ def test_cpu_only_where_nothing_suggests_an_accelerator(tmp_path):
   assert tpu_vm == {"PATH": "/bin"}
 
 
+def _user_env() -> dict:
+  """The environment of a user on this machine: none of the variables that
+  accelerator_signs reads (conftest sets JAX_PLATFORMS for itself, and other tests in the
+  same worker may leave TPU_* variables behind)."""
+  return {k: v for k, v in os.environ.items() if k not in platforms._ENV}  # pylint: disable=protected-access
+
+
 def _python(*argv):
-  """`python *argv` as a user starts it: no JAX_PLATFORMS (conftest sets cpu for itself)."""
-  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  """`python *argv` as a user starts it (_user_env)."""
+  env = _user_env()
   env["PYTHONPATH"] = ROOT
   return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env,
                         cwd=ROOT, timeout=300)
@@ -66,8 +73,7 @@ def _python(*argv):
 
 @pytest.mark.skipif(not HAS_LIBTPU, reason="without libtpu there is no TPU attempt to quiet")
 def test_entry_points_print_no_libtpu_noise():
-  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-  if platforms.accelerator_signs("/", env):
+  if platforms.accelerator_signs("/", _user_env()):
     pytest.skip("an accelerator (or its sign) is here: jax keeps its TPU / GPU attempt")
   # The noise is real here: jax alone prints it (else this test could not fail).
   bare = _python("-c", "import jax; jax.devices()")
