@@ -30,12 +30,15 @@ def main():
   p.add_argument("--config", default="configs/gpt.py", help="FILE[:ARG]")
   p.add_argument("--workdir", default=None, help="evaluate its latest checkpoint")
   p.add_argument("--batch_size", type=int, default=32)
+  p.add_argument("--matmul_dtype", default=None, help="e.g. bfloat16 (config.model.matmul_dtype)")
   args = p.parse_args()
   path, _, arg = args.config.partition(":")
   spec = importlib.util.spec_from_file_location("config_module", path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   config = module.get_config(arg or None)
+  if args.matmul_dtype:
+    config.model.matmul_dtype = args.matmul_dtype
   task = registry.get_task(config)
   task.prepare(args.workdir or "")
   if args.workdir:
@@ -54,7 +57,7 @@ def main():
       total = sums if total is None else jax.tree_util.tree_map(lambda a, b: a + b, total,
                                                                 sums)
   ratios = {k: float(v) for k, v in task.metric_ratios(total).items()}
-  print(json.dumps({"params": where, "tokens": float(total["tokens"]), **ratios}, indent=1))
+  print(json.dumps({"params": where, "matmul_dtype": args.matmul_dtype, "tokens": float(total["tokens"]), **ratios}, indent=1))
 
 
 if __name__ == "__main__":

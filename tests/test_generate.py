@@ -69,3 +69,15 @@ def test_too_long_prompt_warns_and_still_generates(capsys):
   code, out, err = _run(capsys, "--checkpoint", TINY, "--prompt", "The cat sat on the mat. " * 20,
                         "--max_new_tokens", "8", "--top_k", "5", "--seed", "1")
   assert code == 0 and "left-truncated to their last 40" in err and out.startswith("=== prompt 0")
+
+
+def test_matmul_dtype_reaches_the_generating_model(capsys, monkeypatch):
+  seen = []
+  monkeypatch.setattr(generate, "generate",
+                      lambda config, params, ids, **kw: seen.append(config) or [[]] * len(ids))
+  code, _, err = _run(capsys, "--checkpoint", TINY, "--prompt", "The cat", "--matmul_dtype",
+                      "bfloat16", "--max_new_tokens", "8")
+  assert code == 0, err
+  assert seen[0].matmul_dtype == "bfloat16"
+  code, _, err = _run(capsys, "--checkpoint", TINY, "--prompt", "x", "--matmul_dtype", "int8")
+  assert code == 2 and "invalid choice: 'int8'" in err

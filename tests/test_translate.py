@@ -4,9 +4,12 @@ import os
 import subprocess
 import sys
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from bert_jax import translate
+from bert_jax.models.seq2seq import Transformer
 from tests.tasks.translation.conftest import numbers_workdir  # noqa: F401 (fixture)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -46,6 +49,21 @@ def test_bad_lines_are_counted_and_keep_their_place(numbers_workdir, tmp_path): 
   assert len(texts) == 5 and texts[1] == "" and texts[4] == ""
   assert log.skipped["empty_line"] == 2 and log.kept == 3
   assert log.notes["truncated"] == 1 and log.notes["non_utf8_replaced"] == 1
+
+
+def test_matmul_dtype_overrides_the_checkpoints_model(numbers_workdir):  # noqa: F811
+  """--matmul_dtype bfloat16 reaches the model that decodes, and nothing else changes."""
+  workdir, _ = numbers_workdir
+  f32, params, _ = translate.load(str(workdir), "latest")
+  bf16, params_bf16, _ = translate.load(str(workdir), "latest", "bfloat16")
+  assert f32.model_config.matmul_dtype is None
+  assert bf16.model_config == f32.model_config.replace(matmul_dtype="bfloat16")
+  src = jnp.asarray([[5, 6, 7, 2]], jnp.int32)
+  logits = [Transformer(t.model_config.replace(deterministic=True)).apply({"params": p}, src, src)
+            for t, p in ((f32, params), (bf16, params_bf16))]
+  # bf16 operands round each product's inputs to 8 bits of mantissa: close, not equal.
+  assert not np.array_equal(logits[0], logits[1])
+  np.testing.assert_allclose(logits[1], logits[0], atol=0.1, rtol=0.05)
 
 
 def test_cli_reads_stdin_and_writes_stdout_line_for_line(numbers_workdir):  # noqa: F811
