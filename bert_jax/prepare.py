@@ -11,7 +11,8 @@ config-hashed directories, and trains nothing: the training run then finds them 
 Without --beam_runner the stages run here, as training would run them; with it, as Beam
 pipelines on that runner (documents, vocabulary and instances for BERT; documents for
 `lm`, whose BPE and streams stay in process). Which runners can write which data_dir:
-beam_util.BeamRun.check_data_dir (DataflowRunner is refused for our stages).
+beam_util.BeamRun.check_data_dir (DataflowRunner needs a gs:// data_dir, whose levels the
+workers write into the bucket: data/beam_remote.py).
 """
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ Beam counters, which become the build's stats (corpus_stats.json), as in process
 """
 from __future__ import annotations
 
+from bert_jax.data import beam_remote
 from bert_jax.data import beam_util
 from bert_jax.data import corpora
 
@@ -28,7 +29,8 @@ def _read(indexed_source, validation_fraction: float, validation: bool, counted:
     beam_util.count(NAMESPACE, stats)
 
 
-class BeamDocumentsBuilder(corpora.DocumentsBuilder, skip_registration=True):
+class BeamDocumentsBuilder(beam_remote.UploadingBuilder, corpora.DocumentsBuilder,
+                           skip_registration=True):
   """corpora.DocumentsBuilder's dataset, built by a Beam pipeline (download_and_prepare
   with a tfds.download.DownloadConfig naming the runner)."""
 

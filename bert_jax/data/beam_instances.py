@@ -6,7 +6,7 @@ NSP pairs or packed rows by instances.shard_instances with its shard-keyed seeds
 random next sentence drawn from the shard's own documents), under the same keys. So a
 Beam run and an in-process run give the same records in the same order, whatever the
 number of workers. Workers read their shard's documents straight from the documents
-dataset (array_record random access). The train split's unigram counts are summed by a
+dataset (array_record random access; on gs:// from local copies, beam_remote.py). The train split's unigram counts are summed by a
 CombineGlobally and saved beside the dataset; counts become Beam counters and the
 build's stats.
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 import io
 
 import numpy as np
-import tensorflow_datasets as tfds
 
 from bert_jax import paths
+from bert_jax.data import beam_remote
 from bert_jax.data import beam_util
 from bert_jax.data import corpora
 from bert_jax.data import instances
@@ -28,13 +28,17 @@ _SOURCES = {}  # (documents_dir, split) -> data source, one per worker process
 def _shard(task, documents_dir: str, tokenizer_json: str, settings) -> instances.ShardInstances:
   split_id, split, s, lo, hi = task
   if (documents_dir, split) not in _SOURCES:
-    _SOURCES[(documents_dir, split)] = tfds.builder_from_directory(
-        documents_dir).as_data_source(split=split)
+    _SOURCES[(documents_dir, split)] = beam_remote.open_split(documents_dir, split)
   if instances._WORKER.get("tokenizer_json") != tokenizer_json:  # pylint: disable=protected-access
     instances.init_worker(tokenizer_json, settings, threads=False)
     instances._WORKER["tokenizer_json"] = tokenizer_json  # pylint: disable=protected-access
   texts = corpora.shard_texts(_SOURCES[(documents_dir, split)], lo, hi)
   return instances.shard_instances((split_id, s, texts))
+
+
+def _shards(tasks, *args):
+  for task in tasks:
+    yield _shard(task, *args)
 
 
 def _examples(shard: instances.ShardInstances, namespace: str):
@@ -56,7 +60,8 @@ def _add(arrays) -> np.ndarray:
   return total
 
 
-class BeamInstancesBuilder(corpora.InstancesBuilder, skip_registration=True):
+class BeamInstancesBuilder(beam_remote.UploadingBuilder, corpora.InstancesBuilder,
+                           skip_registration=True):
   """corpora.InstancesBuilder's dataset, built by a Beam pipeline."""
 
   def __init__(self, *, counts_path: str, **kwargs):
@@ -67,18 +72,19 @@ class BeamInstancesBuilder(corpora.InstancesBuilder, skip_registration=True):
 
   def _generate_examples(self, split_id: int, split: str):
     import apache_beam as beam  # pylint: disable=g-import-not-at-top
-    n = len(tfds.builder_from_directory(self._documents_dir).as_data_source(split=split))
+    n = beam_remote.num_examples(self._documents_dir, split)
     tasks = [(split_id, split, s, lo, hi)
              for s, (lo, hi) in enumerate(corpora.shard_bounds(n, self._shard_documents))]
+    groups = beam_remote.by_file(self._documents_dir, split, tasks, lambda t: t[3])
     args = (self._documents_dir, self._tokenizer_json, self._settings)
     counts_path = self._counts_path if split_id == 0 else None
 
     @beam.ptransform_fn
     def generate(pipeline):
       shards = (pipeline
-                | "Shards" >> beam.Create(tasks)
+                | "Shards" >> beam.Create(groups)
                 | "Spread" >> beam.Reshuffle()
-                | "Instances" >> beam.Map(_shard, *args))
+                | "Instances" >> beam.FlatMap(_shards, *args))
       if counts_path:
         _ = (shards
              | "Counts" >> beam.Map(lambda shard: shard.unigram_counts)

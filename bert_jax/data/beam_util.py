@@ -30,29 +30,20 @@ class BeamRun:
   def check_data_dir(self, data_dir: str) -> None:
     """ValueError (one line) when this runner's workers could not write data_dir.
 
-    Every level is written by the workers where data_dir says, as array_record files
-    through tfds, and read back by the launcher. DirectRunner's workers share this
-    machine's disk. A cluster runner's workers need data_dir to be a path mounted on
-    every worker and on the launcher (NFS, Filestore, gcsfuse): a gs:// data_dir is built
-    on the launcher's disk and uploaded (data/mirror.py), which remote workers cannot do,
-    and array_record here neither reads nor writes gs:// itself. Dataflow workers have no
-    such mount, so DataflowRunner is refused for our stages (tfds's catalog builders, e.g.
-    `tfds build wikipedia/20230601.en`, do run there).
+    The workers write every level's array_record shards where data_dir says. With a
+    gs:// data_dir (any runner) each worker writes its shards to a local temporary file
+    and uploads them into the bucket, and reads the documents from copies of their files
+    (data/beam_remote.py); the launcher writes only the metadata, each level's marker
+    last. A local data_dir is this machine's disk: DirectRunner's workers share it;
+    Flink / Spark / Portable workers need it mounted on every worker and here (NFS,
+    Filestore, gcsfuse); Dataflow workers cannot have it, so DataflowRunner needs gs://.
     """
     from bert_jax import paths  # pylint: disable=g-import-not-at-top
-    if self.runner == "DirectRunner":
-      return
-    if self.runner == "DataflowRunner":
+    if self.runner == "DataflowRunner" and not paths.is_remote(data_dir):
       raise ValueError(
-          "--beam_runner=DataflowRunner: Dataflow workers cannot write the array_record "
-          "levels of data.data_dir (no shared mount; array_record does not write gs:// "
-          "here); run the stages on DirectRunner, or FlinkRunner/SparkRunner with data_dir "
-          "on a mount every worker shares.")
-    if paths.is_remote(data_dir):
-      raise ValueError(
-          f"--beam_runner={self.runner} with data.data_dir={data_dir}: the workers write "
-          "the levels themselves, so data_dir must be a path mounted on every worker and "
-          "here (NFS, Filestore, gcsfuse), not an object-store url.")
+          f"--beam_runner=DataflowRunner with data.data_dir={data_dir}: Dataflow workers "
+          "share no disk with this machine; give a gs:// data_dir (the workers write the "
+          "shards into the bucket).")
 
   def pipeline_options(self):
     from apache_beam.options import pipeline_options  # pylint: disable=g-import-not-at-top

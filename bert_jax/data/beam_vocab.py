@@ -19,6 +19,7 @@ import collections
 
 import tensorflow_datasets as tfds
 
+from bert_jax.data import beam_remote
 from bert_jax.data import corpora
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import wordpiece
@@ -48,10 +49,13 @@ def build_in_process(documents_dir: str, path: str, vocab_size: int, lowercase: 
   train_and_save(wordpiece.count_words(texts, lowercase), path, vocab_size, lowercase)
 
 
-def _count_range(task, documents_dir: str, fraction: float, lowercase: bool):
-  lo, hi = task
-  source = tfds.builder_from_directory(documents_dir).as_data_source(split="train")
-  return wordpiece.count_words(sampled_texts(source, fraction, lo, hi), lowercase).items()
+def _count_ranges(ranges, documents_dir: str, fraction: float, lowercase: bool):
+  source = beam_remote.open_split(documents_dir, "train")
+  texts = (t for lo, hi in ranges for t in sampled_texts(source, fraction, lo, hi))
+  counts = wordpiece.count_words(texts, lowercase)
+  if hasattr(source, "close"):  # a RemoteSplit's downloaded files
+    source.close()
+  return counts.items()
 
 
 def _train_and_save_list(word_counts, path: str, vocab_size: int, lowercase: bool) -> None:
@@ -63,13 +67,14 @@ def build_on_beam(run, documents_dir: str, path: str, vocab_size: int, lowercase
   """The same vocabulary as build_in_process, counted by a Beam pipeline (`run`:
   beam_util.BeamRun)."""
   import apache_beam as beam  # pylint: disable=g-import-not-at-top
-  n = len(tfds.builder_from_directory(documents_dir).as_data_source(split="train"))
+  n = beam_remote.num_examples(documents_dir, "train")
   ranges = [(lo, min(lo + _RANGE, n)) for lo in range(0, n, _RANGE)]
+  groups = beam_remote.by_file(documents_dir, "train", ranges, lambda r: r[0])
   with run.pipeline() as pipeline:
     _ = (pipeline
-         | "Ranges" >> beam.Create(ranges)
+         | "Ranges" >> beam.Create(groups)
          | "Spread" >> beam.Reshuffle()
-         | "Count" >> beam.FlatMap(_count_range, documents_dir, fraction, lowercase)
+         | "Count" >> beam.FlatMap(_count_ranges, documents_dir, fraction, lowercase)
          | "Sum" >> beam.CombinePerKey(sum)
          | "Gather" >> beam.combiners.ToList()
          | "Train" >> beam.Map(_train_and_save_list, path, vocab_size, lowercase))

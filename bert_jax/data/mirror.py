@@ -63,7 +63,7 @@ def _file_digest(path: str, kind: str) -> str:
   return base64.b64encode(digest.digest()).decode()
 
 
-def _mismatch(local: str, info: dict) -> Optional[str]:
+def mismatch(local: str, info: dict) -> Optional[str]:
   """Why the local file is not the object `info` describes, or None. Size always; then
   CRC32C (every GCS object has one) or else MD5 (when the store gives one)."""
   size = os.path.getsize(local)
@@ -121,6 +121,16 @@ class Mirror:
         build(local)
         self._upload(name, marker)
     return local
+
+  def ensure_in_place(self, name: str, marker: str, build: Callable[[str], object]) -> str:
+    """Where level `name` lives (its gs:// url, or local directory), complete: `build(it)`
+    unless its marker is there; nothing copied to or from this host. For builders that
+    write into the bucket themselves (Beam workers: data/beam_remote.py); the build
+    checks and writes `marker` (last) itself, as a local build does."""
+    del marker
+    with build_lock(self.path(name)):  # one build per host at a time, as `ensure`
+      build(self.where(name))  # every build reuses its own finished output
+    return self.where(name)
 
   def fetch(self, name: str, marker: str) -> str:
     """The local directory of level `name`, copied from the remote data_dir if needed;
@@ -184,7 +194,7 @@ class Mirror:
     self.fs.get([f"{self._remote(name)}/{r}" for r in files],
                 [os.path.join(local, r) for r in files])
     for rel in files:
-      bad = _mismatch(os.path.join(local, rel), objects[rel])
+      bad = mismatch(os.path.join(local, rel), objects[rel])
       if bad:
         shutil.rmtree(local, ignore_errors=True)
         raise CorruptDataError(
@@ -205,7 +215,7 @@ class Mirror:
                 [f"{self._remote(name)}/{f}" for f in files])
     objects = self._listing(name)
     for rel in files:
-      bad = _mismatch(os.path.join(local, rel), objects[rel]) if rel in objects else "no object"
+      bad = mismatch(os.path.join(local, rel), objects[rel]) if rel in objects else "no object"
       if bad:
         raise CorruptDataError(f"uploading {local}/{rel} to {self.remote}/{name}: the object "
                                f"differs ({bad}); run again to upload it again.")

@@ -9,7 +9,9 @@ preparing the same data_dir at once (two jobs on one machine or a shared filesys
 build it once: the others wait and reuse it. A data_dir on gs:// is built on local disk
 (data.cache_dir) and uploaded level by level, marker last; a run that finds a level
 complete in the bucket copies it instead (data/mirror.py): what training reads comes
-from local disk. On a pod only process 0 prepares; the others `open_prepared` the
+from local disk. With a Beam runner and a gs:// data_dir the levels are written
+straight into the bucket instead, shards by the workers (data/beam_remote.py), and
+the launcher copies nothing. On a pod only process 0 prepares; the others `open_prepared` the
 directory it names (data/hosts.py). Reused datasets have their shards checked against
 the record counts tfds wrote (a truncated array_record opens as empty).
 With a Beam runner (`prepare(cfg, beam=beam_util.BeamRun(...))`, or the command
@@ -23,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import os
 import re
@@ -59,7 +62,9 @@ def check_shards(dataset_dir: str, root: str) -> None:
   for split in info.splits.values():
     for path, want in zip(split.filepaths, split.shard_lengths):
       path = os.fspath(path)
-      if not os.path.exists(path):
+      if paths.is_remote(path):  # array_record does not read gs://: the copy is checked
+        state = None if paths.resolve(path).exists() else "is missing"
+      elif not os.path.exists(path):
         state = "is missing"
       else:
         try:
@@ -80,8 +85,8 @@ def content_hash(obj) -> str:
 
 
 def _inside(path, directory: str) -> bool:
-  if paths.is_remote(path):  # a gs:// vocab_path is never under the local data_dir
-    return False
+  if paths.is_remote(path) or paths.is_remote(directory):
+    return str(path).startswith(str(directory).rstrip("/") + "/")
   path, directory = os.path.abspath(path), os.path.abspath(directory)
   return os.path.commonpath([path, directory]) == directory
 
@@ -96,6 +101,18 @@ def _vocab_digest(path: str) -> str:
   for name in filter(lambda f: f.exists(), files):
     digest.update(name.read_bytes())
   return digest.hexdigest()[:16]
+
+
+def _relative(path, directory: str) -> str:
+  return os.path.relpath(os.fspath(path), os.fspath(directory))  # gs:// urls too
+
+
+def _read_json(path: str):
+  return json.loads(paths.resolve(path).read_text())
+
+
+def _write_json(path: str, record) -> None:
+  paths.write_atomically(path, json.dumps(record, indent=1))
 
 
 def _in_data_dir(data_dir: str, path: str) -> str:
@@ -180,7 +197,7 @@ def _build(make_builder, root: str, splits, beam=None):
         return None
       splits.remove(split)
       for stale in builder.data_path.parent.glob("incomplete.*"):
-        shutil.rmtree(stale, ignore_errors=True)
+        _remove(os.fspath(stale))
 
 
 def prepare_documents(cfg, root: str, beam=None) -> tuple[str, dict, float]:
@@ -190,19 +207,18 @@ def prepare_documents(cfg, root: str, beam=None) -> tuple[str, dict, float]:
 
 def _prepare_documents(cfg, root: str, beam) -> tuple[str, dict, float]:
   stats_path = os.path.join(root, "corpus_stats.json")
-  if os.path.exists(stats_path):
-    with open(stats_path) as f:
-      saved = json.load(f)
+  if paths.resolve(stats_path).exists():
+    saved = _read_json(stats_path)
     check_shards(os.path.join(root, saved["dataset_dir"]), root)
     return os.path.join(root, saved["dataset_dir"]), saved["stats"], 0.0
-  shutil.rmtree(root, ignore_errors=True)  # a crashed earlier attempt
+  _remove(root)  # a crashed earlier attempt
   start = time.time()
   stats = corpora.Stats()
 
   sources = corpora.sources(cfg, beam.download_config() if beam else None)
 
   def make_builder(splits):
-    os.makedirs(root, exist_ok=True)
+    paths.resolve(root).mkdir(parents=True, exist_ok=True)
     common = dict(validation_fraction=cfg.validation_fraction, splits=splits, data_dir=root,
                   file_format="array_record")
     if beam:
@@ -218,14 +234,12 @@ def _prepare_documents(cfg, root: str, beam) -> tuple[str, dict, float]:
   builder = _build(make_builder, root, splits, beam)
   stats = dict(stats)
   if builder is None:
-    shutil.rmtree(root, ignore_errors=True)
+    _remove(root)
     where = {"text": cfg.text_files, "tfds": cfg.tfds_name}.get(cfg.corpus, "embedded")
     raise ValueError(f"The corpus ({cfg.corpus}: {where}) has no non-empty training "
                      f"document; counts: {stats}.")
-  with open(stats_path + ".tmp", "w") as f:  # written last, atomically: "this build is done"
-    json.dump({"dataset_dir": os.path.relpath(builder.data_path, root), "stats": stats}, f,
-              indent=1)
-  os.replace(stats_path + ".tmp", stats_path)
+  # Written last, atomically: "this build is done".
+  _write_json(stats_path, {"dataset_dir": _relative(builder.data_path, root), "stats": stats})
   return os.fspath(builder.data_path), stats, time.time() - start
 
 
@@ -238,7 +252,7 @@ def _prepare_vocab(cfg, store: mirror.Mirror, corpus_hash: str, documents, beam=
 
   def build(root: str) -> None:
     path = os.path.join(root, "vocab.txt")
-    if os.path.exists(path):  # save_vocab writes it atomically
+    if paths.resolve(path).exists():  # save_vocab writes it atomically
       return
     # One deterministic vocabulary from a deterministic sample (beam_vocab.py).
     documents_dir, corpus_stats, _ = documents()
@@ -251,7 +265,7 @@ def _prepare_vocab(cfg, store: mirror.Mirror, corpus_hash: str, documents, beam=
 
   sample_chars = cfg.get("vocab_sample_chars", 10**9)  # absent from older saved configs
   name = "vocab-" + content_hash([corpus_hash, cfg.vocab_size, cfg.lowercase, sample_chars])
-  return os.path.join(store.ensure(name, "vocab.txt", build), "vocab.txt")
+  return os.path.join(_ensure(store, beam)(name, "vocab.txt", build), "vocab.txt")
 
 
 def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_path: str,
@@ -259,9 +273,9 @@ def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_
                        t_vocab: float, beam=None) -> None:
   """Builds the instances dataset in `root` unless its prepared.json (written last) exists."""
   done = os.path.join(root, "prepared.json")
-  if os.path.exists(done):
+  if paths.resolve(done).exists():
     return
-  shutil.rmtree(root, ignore_errors=True)
+  _remove(root)
   start = time.time()
   # Auto: worker processes only for corpora of many shards; spawning one costs a few
   # seconds of imports, more than the embedded corpus takes in-process.
@@ -282,11 +296,13 @@ def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_
     raise ValueError(f"No training instance: every train document of {documents_dir} is "
                      "empty once tokenized.")
   seconds = time.time() - start
-  np.save(os.path.join(root, "unigram_counts.npy"), builder.unigram_counts)
+  buffer = io.BytesIO()
+  np.save(buffer, builder.unigram_counts)
+  paths.write_atomically(os.path.join(root, "unigram_counts.npy"), buffer.getvalue())
   documents = sum(s.get("documents", 0) for s in builder.stats.values())
   tokens = sum(s.get("tokens", 0) for s in builder.stats.values())
   # Paths inside data_dir are stored relative to it: the directory can move.
-  rel = lambda p: os.path.relpath(p, data_dir) if _inside(p, data_dir) else p
+  rel = lambda p: _relative(p, data_dir) if _inside(p, data_dir) else p
   record = {
       "instances_dir": rel(builder.data_path), "documents_dir": rel(documents_dir),
       "vocab_path": rel(vocab_path), "config": cfg.to_dict(),
@@ -294,9 +310,25 @@ def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_
                 "seconds": {"documents": t_docs, "vocab": t_vocab, "instances": seconds},
                 "documents_per_second": documents / max(seconds, 1e-9),
                 "tokens_per_second": tokens / max(seconds, 1e-9)}}
-  with open(done + ".tmp", "w") as f:
-    json.dump(record, f, indent=1)
-  os.replace(done + ".tmp", done)
+  _write_json(done, record)
+
+
+def _remove(root: str) -> None:
+  """Removes what a crashed earlier build left (a directory, local or gs://)."""
+  if paths.is_remote(root):
+    paths.resolve(root).rmtree(missing_ok=True)
+  else:
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _in_place(store: mirror.Mirror, beam) -> bool:
+  """True when the levels are built where data_dir says, not on this host then uploaded:
+  Beam stages with a gs:// data_dir, whose workers write the shards into the bucket."""
+  return bool(beam) and store.remote is not None
+
+
+def _ensure(store: mirror.Mirror, beam):
+  return store.ensure_in_place if _in_place(store, beam) else store.ensure
 
 
 def _store(cfg) -> mirror.Mirror:
@@ -346,27 +378,33 @@ def prepare_named(cfg, verbose: bool = True, beam=None) -> tuple[PreparedData, s
       [corpus_hash, _vocab_digest(vocab_path), lowercase, cfg.shard_documents,
        dataclasses.asdict(settings)])
 
-  def build(root: str) -> None:
-    if not os.path.exists(os.path.join(root, "prepared.json")):
-      documents_dir, corpus_stats, t_docs = documents()
-      _prepare_instances(cfg, store.local, root, documents_dir, vocab_path, tok, settings,
-                         corpus_stats, t_docs, t_vocab, beam)
+  in_place = _in_place(store, beam)
 
-  store.ensure(name, "prepared.json", build)
-  return open_prepared(cfg, name, verbose), name
+  def build(root: str) -> None:
+    if not paths.resolve(os.path.join(root, "prepared.json")).exists():
+      documents_dir, corpus_stats, t_docs = documents()
+      _prepare_instances(cfg, store.remote if in_place else store.local, root,
+                         documents_dir, vocab_path, tok, settings, corpus_stats, t_docs,
+                         t_vocab, beam)
+
+  _ensure(store, beam)(name, "prepared.json", build)
+  # Built in the bucket: read there; the hosts that train copy it (open_prepared).
+  return open_prepared(cfg, name, verbose, copy=not in_place), name
 
 
 def _ensure_documents(cfg, store: mirror.Mirror, corpus_hash: str,
                       beam=None) -> tuple[str, dict, float]:
   built = []
-  root = store.ensure("documents-" + corpus_hash, "corpus_stats.json",
-                      lambda root: built.append(_prepare_documents(cfg, root, beam)))
+  root = _ensure(store, beam)("documents-" + corpus_hash, "corpus_stats.json",
+                              lambda root: built.append(_prepare_documents(cfg, root, beam)))
   return built[0] if built else _prepare_documents(cfg, root, beam)  # copied: read its record
 
 
-def open_prepared(cfg, name: str, verbose: bool = True) -> PreparedData:
+def open_prepared(cfg, name: str, verbose: bool = True, copy: bool = True) -> PreparedData:
   """The instances directory `name` (and its vocabulary) that a prepare() of this config
-  finished, copied to local disk first when data_dir is on gs://; never builds.
+  finished, copied to local disk first when data_dir is on gs:// (unless `copy` is False:
+  then its paths are the bucket's, for a summary; training reads local copies); never
+  builds.
 
   Raises:
     FileNotFoundError: `name` is not complete under data_dir (not shared with the host
@@ -374,17 +412,18 @@ def open_prepared(cfg, name: str, verbose: bool = True) -> PreparedData:
     CorruptDataError: a shard does not hold the records its build recorded.
   """
   store = _store(cfg)
-  root = store.fetch(name, "prepared.json")
-  with open(os.path.join(root, "prepared.json")) as f:
-    record = json.load(f)
-  vocab_path = _in_data_dir(store.local, record["vocab_path"])
-  if not os.path.isabs(record["vocab_path"]) and not paths.is_remote(vocab_path):
+  copy = copy or not store.remote
+  base = store.local if copy else store.remote
+  root = store.fetch(name, "prepared.json") if copy else store.where(name)
+  record = _read_json(os.path.join(root, "prepared.json"))
+  vocab_path = _in_data_dir(base, record["vocab_path"])
+  if copy and not os.path.isabs(record["vocab_path"]) and not paths.is_remote(vocab_path):
     level, file = os.path.split(record["vocab_path"])  # one we trained: vocab-<hash>/
     vocab_path = os.path.join(store.fetch(level, file), file)
-  instances_dir = os.path.join(store.local, record["instances_dir"])
+  instances_dir = os.path.join(base, record["instances_dir"])
   check_shards(instances_dir, root)
-  documents_dir = os.path.join(store.local, record["documents_dir"])
-  if store.remote and not os.path.isdir(documents_dir):  # not copied: training never reads it
+  documents_dir = os.path.join(base, record["documents_dir"])
+  if store.remote and not paths.resolve(documents_dir).is_dir():  # not copied: not read
     documents_dir = f"{store.remote}/{record['documents_dir']}"
   lowercase = _lowercase(cfg)
   tok = tokenizer_lib.load_tokenizer(vocab_path, lowercase)
@@ -392,7 +431,8 @@ def open_prepared(cfg, name: str, verbose: bool = True) -> PreparedData:
       instances_dir=instances_dir, documents_dir=documents_dir, vocab_path=vocab_path,
       lowercase=lowercase, special=tokenizer_lib.SpecialIds.from_tokenizer(tok, vocab_path),
       vocab_size=tok.get_vocab_size(with_added_tokens=True),
-      unigram_counts=np.load(os.path.join(root, "unigram_counts.npy")),
+      unigram_counts=np.load(io.BytesIO(
+          paths.resolve(os.path.join(root, "unigram_counts.npy")).read_bytes())),
       num_examples={s: record["stats"]["instances"].get(s, {}).get("instances", 0)
                     for s in ("train", "validation")},
       stats=record["stats"])

@@ -171,6 +171,8 @@ def prepare(cfg, verbose: bool = True, beam=None) -> LmData:
   `beam` (a data.beam_util.BeamRun): the documents stage on that Beam runner."""
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   prepare_lib.check_data_dir(cfg.data_dir)
+  if beam:
+    beam.check_data_dir(cfg.data_dir)
   data_dir = os.path.expanduser(cfg.data_dir)
   corpus_hash = prepare_lib.content_hash(prepare_lib.corpus_key(cfg))
   documents_dir, _, _ = prepare_lib.prepare_documents(
