@@ -82,7 +82,7 @@ def ours(dims: dict, batches, repeats: int, bf16: bool = False) -> dict:
   @functools.partial(jax.jit, static_argnames="new")
   def continue_in_full_cache(params, prompt, new):
     cache = gpt_init_cache(model, 1, slots)
-    return sample(gpt_step_fn(model, params), cache, prompt,
+    return sample(gpt_step_fn(model, params, last_only=True), cache, prompt,
                   jnp.full((1,), prompt.shape[1], jnp.int32), max_new_tokens=new,
                   temperature=0.0)
 

@@ -65,6 +65,11 @@ def test_gpt_cached_steps_equal_full_forward(position, scan):
   logits, cache = jax.jit(step)(left, D.gpt_init_cache(model, 2, width + steps), valid=valid)
   for b, n in enumerate(lengths):
     np.testing.assert_allclose(logits[b, width - n:], full[b, :n], atol=1e-5)
+  last, last_cache = jax.jit(D.gpt_step_fn(model, params, last_only=True))(
+      left, D.gpt_init_cache(model, 2, width + steps), valid=valid)
+  assert last.shape == (2, 1, logits.shape[-1])                          # the prefill's one row
+  np.testing.assert_allclose(last, logits[:, -1:], atol=1e-6)
+  jax.tree_util.tree_map(np.testing.assert_array_equal, last_cache, cache)
   one = jax.jit(step)
   for t in range(steps):
     tokens = ids[jnp.arange(2), lengths + t][:, None]                    # [2, 1]

@@ -73,7 +73,8 @@ def sample(step_fn: StepFn, cache: Any, prompt: Array, prompt_lengths: Array, *,
 
   prompt [B, P] is right-padded (row b's tokens in prompt[b, :prompt_lengths[b]], every
   length >= 1); the step function must accept `valid=` (decoding/steps.py gpt_step_fn does)
-  and its cache must have P + max_new_tokens slots. temperature=0 is greedy (argmax, no rng
+  and its cache must have P + max_new_tokens slots. Only the last slot's logits are read, so
+  the step may return [B, 1, V] (gpt_step_fn's last_only). temperature=0 is greedy (argmax, no rng
   needed), as is top_k=1. After EOS a row holds pad_id; the loop ends when all rows have
   ended. Step t draws with fold_in(rng, t) for the whole batch, so a sample depends on the
   batch it is in (greedy does not).

@@ -44,11 +44,13 @@ def gpt_init_cache(model: nn.Module, batch: int, length: int) -> dict:
           "valid": jnp.zeros((batch, length), bool), "count": jnp.zeros((batch,), jnp.int32)}
 
 
-def gpt_step_fn(model: nn.Module, params):
+def gpt_step_fn(model: nn.Module, params, last_only: bool = False):
   """step(ids [B, T], cache, valid=None [B, T] bool) -> (logits [B, T, V] float32, cache).
 
   Slots with valid=False (left padding) are never attended to and do not advance the row's
   positions, so a row's real tokens get positions 0, 1, ... whatever its padding.
+  last_only: logits [B, 1, V] of the last slot only (what `sample` reads; a prefill of T
+  tokens then projects one row per sequence onto the vocabulary, not T).
   """
   dm = decode_model(model)
 
@@ -58,7 +60,8 @@ def gpt_step_fn(model: nn.Module, params):
     slots = jax.lax.dynamic_update_slice(cache["valid"], real, (0, index))     # [B, L]
     positions = jnp.maximum(count[:, None] + jnp.cumsum(real, axis=1) - 1, 0)  # [B, T]
     logits, mutated = dm.apply({"params": params, "cache": cache["model"]}, ids,
-                               input_mask=slots, positions=positions, mutable=["cache"])
+                               input_mask=slots, positions=positions, last_only=last_only,
+                               mutable=["cache"])
     return logits, {"model": mutated["cache"], "index": index + ids.shape[1],
                     "valid": slots, "count": count + real.sum(axis=1, dtype=jnp.int32)}
 
@@ -77,7 +80,7 @@ def gpt_generate(model: nn.Module, params, prompt: Array, prompt_lengths: Array,
   """
   batch, width = prompt.shape
   cache = gpt_init_cache(model, batch, width + max_new_tokens)
-  return sample(gpt_step_fn(model, params), cache, prompt, prompt_lengths,
+  return sample(gpt_step_fn(model, params, last_only=True), cache, prompt, prompt_lengths,
                 max_new_tokens=max_new_tokens, rng=rng, temperature=temperature, top_k=top_k,
                 top_p=top_p, eos_id=eos_id, pad_id=pad_id)
 

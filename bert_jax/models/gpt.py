@@ -35,8 +35,14 @@ class GPT(nn.Module):
     self.decoder = Decoder(cfg, cross_attention=False, return_weights=self.return_weights)
 
   def __call__(self, input_ids: Array, input_mask: Array | None = None,
-               positions: Array | None = None, packed_segment_ids: Array | None = None) -> Array:
-    """input_ids [batch, len] -> next-token logits [batch, len, vocab] float32."""
+               positions: Array | None = None, packed_segment_ids: Array | None = None,
+               last_only: bool = False) -> Array:
+    """input_ids [batch, len] -> next-token logits [batch, len, vocab] float32.
+
+    last_only: the last position's logits only, [batch, 1, vocab]: what a decoding prefill
+    needs. The output projection is the largest matmul of a GPT (vocab x d), so a prompt
+    of P tokens saves P - 1 rows of it (XLA does not narrow the dot to the slice itself).
+    """
     cfg = self.config
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
@@ -52,6 +58,8 @@ class GPT(nn.Module):
       # (left-padded prompts); the cache adds causality over the slots written so far.
       mask = attn_lib.padding_mask(input_mask)                  # [batch, 1, 1, cache_len]
     y, _ = self.decoder(x, self_mask=mask, positions=positions)
+    if last_only:
+      y = y[:, -1:]                                             # [batch, 1, d]
     # The tied output projection (float32 logits), cut to the tokenizer's ids.
     return vocab_logits(dense_lib.attend(cfg, self.token_embedder, y), cfg)
 
