@@ -4,12 +4,18 @@ BeamDocumentsBuilder writes what corpora.DocumentsBuilder writes (same features,
 split by the same hash), so the two outputs hold the same records in the same order and
 everything downstream reads either. Each split's `_generate_examples` is a PTransform:
 the corpus sources (one per text file, the embedded files, ranges of a tfds split) are
-spread over workers by a Reshuffle, each read and sentence-split where it lands. Bad
+spread over workers by a Reshuffle, each read and sentence-split where it lands (text
+files and tfds datasets on gs:// too: data/beam_remote.py). Bad
 input (undecodable bytes, over-long lines, empty documents or files) is counted into
 Beam counters, which become the build's stats (corpus_stats.json), as in process.
 """
 from __future__ import annotations
 
+import os
+
+import tensorflow_datasets as tfds
+
+from bert_jax import paths
 from bert_jax.data import beam_remote
 from bert_jax.data import beam_util
 from bert_jax.data import corpora
@@ -27,6 +33,25 @@ def _read(indexed_source, validation_fraction: float, validation: bool, counted:
       yield corpora.document_key(s, i), {"text": text}
   if counted:  # the corpus is read once per split; its counts are kept once
     beam_util.count(NAMESPACE, stats)
+
+
+def _read_group(group, *args):
+  for indexed_source in group:
+    yield from _read(indexed_source, *args)
+
+
+def _groups(indexed_sources: list) -> list[list]:
+  """What one worker reads at once: one source; but the ranges of a tfds dataset on an
+  object store grouped by the file they start in (beam_remote.by_file), so that each
+  file is downloaded about once."""
+  in_store = lambda source: source[0] == "tfds" and paths.is_remote(source[4] or "")
+  remote = [t for t in indexed_sources if in_store(t[1])]
+  rest = [[t] for t in indexed_sources if not in_store(t[1])]
+  if not remote:
+    return rest
+  _, name, _, split, data_dir, *_ = remote[0][1]
+  dataset_dir = os.fspath(tfds.builder(name, data_dir=data_dir).data_path)
+  return beam_remote.by_file(dataset_dir, split, remote, lambda t: t[1][6]) + rest
 
 
 class BeamDocumentsBuilder(beam_remote.UploadingBuilder, corpora.DocumentsBuilder,
@@ -47,9 +72,9 @@ class BeamDocumentsBuilder(beam_remote.UploadingBuilder, corpora.DocumentsBuilde
     @beam.ptransform_fn
     def documents(pipeline):
       return (pipeline
-              | "Sources" >> beam.Create(list(enumerate(self._sources)))
+              | "Sources" >> beam.Create(_groups(list(enumerate(self._sources))))
               | "Spread" >> beam.Reshuffle()
-              | "Read" >> beam.FlatMap(_read, fraction, validation, counted))
+              | "Read" >> beam.FlatMap(_read_group, fraction, validation, counted))
     return documents()  # pylint: disable=no-value-for-parameter
 
   def _process_pipeline_result(self, pipeline_result):

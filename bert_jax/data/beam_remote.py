@@ -29,6 +29,7 @@ file is downloaded about once, not once per task.
 """
 from __future__ import annotations
 
+import atexit
 import bisect
 import collections
 import os
@@ -107,6 +108,7 @@ class RemoteSplit:
     self._starts = _starts(info, split)
     self._keep = keep
     self._open = collections.OrderedDict()  # file index -> (reader, local dir), LRU
+    atexit.register(self.close)  # the worker's temporary copies go with it
 
   def __len__(self) -> int:
     return self._starts[-1]
@@ -152,10 +154,16 @@ class RemoteSplit:
       shutil.rmtree(folder, ignore_errors=True)
 
 
+_OPEN = {}  # (dataset_dir, split) -> RemoteSplit: one per worker process, files reused
+
+
 def open_split(dataset_dir: str, split: str):
-  """tfds's data source of a split: local, or a RemoteSplit on an object store."""
+  """tfds's data source of a split: local, or a RemoteSplit on an object store (split
+  names only: no slices there)."""
   if paths.is_remote(dataset_dir):
-    return RemoteSplit(dataset_dir, split)
+    if (dataset_dir, split) not in _OPEN:
+      _OPEN[(dataset_dir, split)] = RemoteSplit(dataset_dir, split)
+    return _OPEN[(dataset_dir, split)]
   return tfds.builder_from_directory(dataset_dir).as_data_source(split=split)
 
 

@@ -60,11 +60,11 @@ class BeamRun:
 
 
 def count(namespace: str, stats: Mapping[str, int]) -> None:
-  """Adds a stats Counter to Beam counters (inside a transform)."""
+  """Adds a stats Counter to Beam counters (inside a transform). Zero counts too: the
+  in-process stats keep a key counted as 0 (random_next of packed rows), so must Beam's."""
   from apache_beam.metrics import Metrics  # pylint: disable=g-import-not-at-top
   for name, value in stats.items():
-    if value:
-      Metrics.counter(namespace, name).inc(int(value))
+    Metrics.counter(namespace, name).inc(int(value))
 
 
 def counters(result, namespace: str) -> dict:

@@ -29,6 +29,8 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 import tensorflow_datasets as tfds
 
+from bert_jax import paths
+from bert_jax.data import beam_remote
 from bert_jax.data import instances
 
 Stats = collections.Counter
@@ -97,11 +99,32 @@ def _emit(sentences: list[str], stats: Stats) -> Iterator[list[str]]:
 
 
 # ------------------------------------------------------------------------- readers
+def _glob(pattern: str) -> list[str]:
+  """Files matching a glob, local or on an object store (gs://B/books/*.txt)."""
+  if not paths.is_remote(pattern):
+    return sorted(glob.glob(os.path.expanduser(pattern)))
+  import fsspec  # pylint: disable=g-import-not-at-top
+  fs, _ = fsspec.core.url_to_fs(pattern)
+  scheme = pattern.split("://", 1)[0]
+  return sorted(f"{scheme}://{p}" for p in fs.glob(pattern) if fs.isfile(p))
+
+
+def file_identity(path: str) -> tuple:
+  """(path, size, version) of a corpus file, for the corpus hash: mtime locally, the
+  object's generation on gs://."""
+  if not paths.is_remote(path):
+    return path, os.path.getsize(path), os.path.getmtime(path)
+  import fsspec  # pylint: disable=g-import-not-at-top
+  fs, rel = fsspec.core.url_to_fs(path)
+  info = fs.info(rel)
+  return path, int(info["size"]), str(info.get("generation") or info.get("mtime") or "")
+
+
 def expand_globs(patterns: str) -> list[str]:
   """Comma-separated globs -> sorted file list; a pattern matching nothing is an error."""
   files = []
   for pattern in [p.strip() for p in patterns.split(",") if p.strip()]:
-    matched = sorted(glob.glob(os.path.expanduser(pattern)))
+    matched = _glob(pattern)
     if not matched:
       raise FileNotFoundError(f"Corpus path {pattern!r} matches no file.")
     files.extend(matched)
@@ -122,7 +145,7 @@ def file_documents(path: str, stats: Stats, max_line_chars: int = 20000) -> Iter
   stats["files"] += 1
   before = stats["documents"] + stats["empty_documents"]
   sentences = []
-  with open(path, "rb") as f:
+  with paths.resolve(path).open("rb") as f:  # local, or gs:// for workers without a mount
     for raw in f:
       stats["lines"] += 1
       line = _decode_line(raw, stats, max_line_chars)
@@ -195,7 +218,10 @@ def tfds_documents(name: str, stats: Stats, text_key: str = "text", split: str =
   split), via its array_record source (prepared first if it is not: a no-op else)."""
   builder = tfds.builder(name, data_dir=data_dir)
   builder.download_and_prepare(file_format="array_record")
-  source = builder.as_data_source(split=split)
+  if paths.is_remote(builder.data_path):  # array_record reads local files only
+    source = beam_remote.open_split(os.fspath(builder.data_path), split)
+  else:
+    source = builder.as_data_source(split=split)
   for i in range(start, len(source) if stop is None else min(stop, len(source))):
     example = source[i]
     if text_key not in example:
@@ -216,6 +242,11 @@ def prepare_tfds(name: str, data_dir: Optional[str] = None, split: str = "train"
   """Prepares a catalog dataset as array_record (through its Beam pipeline when it is a
   Beam builder: wikipedia/*, c4/*; download_config carries the runner); its length."""
   builder = tfds.builder(name, data_dir=data_dir)
+  if paths.is_remote(builder.data_dir):
+    # Its Beam workers write the shards through a local file too (data/beam_remote.py):
+    # array_record writes local files only. tfds's hook for a custom storage, per instance.
+    builder._example_writer = lambda: beam_remote.UploadingExampleWriter(  # pylint: disable=protected-access
+        file_format=builder.info.file_format)
   builder.download_and_prepare(file_format="array_record", download_config=download_config)
   return builder.info.splits[split].num_examples
 

@@ -164,8 +164,7 @@ def corpus_key(cfg) -> dict:
          "max_line_chars": cfg.max_line_chars}
   if cfg.corpus == "text" or (cfg.corpus == "tfds" and cfg.text_files):
     # files identified by path, size and mtime (corpus=tfds: added to the dataset)
-    key["files"] = [(p, os.path.getsize(p), os.path.getmtime(p))
-                    for p in corpora.expand_globs(cfg.text_files)]
+    key["files"] = [corpora.file_identity(p) for p in corpora.expand_globs(cfg.text_files)]
   if cfg.corpus == "tfds":
     if not cfg.tfds_name:
       raise ValueError("corpus='tfds' needs config.tfds_name, e.g. 'wikipedia/20230601.en'.")

@@ -206,6 +206,29 @@ def test_a_killed_beam_preparation_reruns_to_the_same_dataset(tmp_path, make_con
   assert records(got.documents_dir) == records(ref.documents_dir)
 
 
+def test_mlm_only_rows_on_beam_are_the_in_process_rows(make_config, tmp_path):
+  """configs/bert_base.py:mlm_only (data.mode=mlm_packed: FULL-SENTENCES rows, no NSP):
+  Beam writes the in-process rows and statistics (a zero count included)."""
+  ref_cfg, beam_cfg = (make_config(tmp_path / name, mode="mlm_packed", shard_documents=4)
+                       for name in ("ref", "beam"))
+  ref = prepare_lib.prepare(ref_cfg, verbose=False)
+  got = prepare_lib.prepare(beam_cfg, verbose=False, beam=IN_MEMORY)
+  assert "beam_instances_builder" in got.instances_dir
+  assert got.instances_dir.split("/")[-3].startswith("mlm_packed-")
+  ref_rows, rows = records(ref.instances_dir), records(got.instances_dir)
+  assert rows == ref_rows and len(rows["train"]) > 20 and rows["validation"]
+  np.testing.assert_array_equal(got.unigram_counts, ref.unigram_counts)
+  assert got.stats["instances"] == ref.stats["instances"]
+  ids = [np.frombuffer(r[0], np.int32) for r in rows["train"]]
+  assert {r[2] for r in rows["train"]} == {0}  # no next-sentence label
+  assert all(len(i) <= 64 and i[0] == got.special.cls and i[-1] == got.special.sep for i in ids)
+  # Every train token in exactly dupe_factor rows (packing drops nothing, cuts only
+  # sentences longer than a row), between [CLS] and the [SEP]s.
+  words = sum(int(np.isin(i, [got.special.cls, got.special.sep], invert=True).sum())
+              for i in ids)
+  assert words == beam_cfg.dupe_factor * got.stats["instances"]["train"]["tokens"]
+
+
 def test_training_from_a_beam_prepared_dataset_resumes_exactly(tmp_path):
   """The loop trains on what Beam prepared (reusing it, not rebuilding), and a run resumed
   from its step-2 checkpoint repeats the uninterrupted losses exactly."""

@@ -96,3 +96,32 @@ def test_workers_write_the_levels_into_the_bucket(
   gcs.invalidate_cache()
   assert {p: gcs.info(p)["generation"] for p in gcs.find("bucket/beam")} == before
 
+
+
+def test_workers_read_the_corpus_from_the_bucket(gcs, make_config, testdata, tmp_path):  # noqa: F811
+  """The corpus in the bucket too, no mount anywhere: text files by a gs:// glob, and a
+  Beam-based catalog dataset (as wikipedia/*) that its own Beam workers write into
+  gs:// through the same uploading writer. The stages read both from there and give the
+  records of the same corpus on local disk."""
+  from tests.data.test_beam import IN_MEMORY, FakeBeamWiki  # pylint: disable=g-import-not-at-top
+  files = write_bad_files(str(tmp_path / "corpus")).split(",") + [testdata("tiny_corpus.txt")]
+  for f in files:
+    gcs.put_file(f, f"bucket/corpus/{os.path.basename(f)}")
+  common = dict(corpus="tfds", tfds_name="fake_beam_wiki", vocab_size=300, vocab_path=None,
+                validation_fraction=0.1, max_line_chars=20000)
+  ref = prepare_lib.prepare(make_config(tmp_path / "ref", tfds_data_dir=str(tmp_path / "tfds"),
+                                        text_files=",".join(files), **common), verbose=False)
+  cfg = make_config("gs://bucket/catalog", tfds_data_dir="gs://bucket/tfds",
+                    text_files="gs://bucket/corpus/*.txt", cache_dir=str(tmp_path / "launcher"),
+                    **common)
+  FakeBeamWiki.runners.clear()
+  got = prepare_lib.prepare(cfg, verbose=False, beam=ThreeShards(IN_MEMORY.runner, IN_MEMORY.options))
+  assert FakeBeamWiki.runners == ["DirectRunner"]
+  gcs.invalidate_cache()
+  assert len(gcs.glob("bucket/tfds/fake_beam_wiki/*/fake_beam_wiki-train.array_record-*")) == 3
+  assert got.stats["corpus"] == ref.stats["corpus"] and got.stats["corpus"]["files"] == 5
+  cfg.cache_dir = str(tmp_path / "trainer")
+  read = prepare_lib.prepare(cfg, verbose=False)  # copies what the bucket holds
+  assert records(read.instances_dir) == records(ref.instances_dir)
+  with open(read.vocab_path, "rb") as f, open(ref.vocab_path, "rb") as g:
+    assert f.read() == g.read()
