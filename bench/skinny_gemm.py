@@ -1,14 +1,18 @@
 """Skinny matmuls, XLA vs torch: what bounds a decoding step on this CPU.
 
-  /work/main/.venv/bin/python bench/skinny_gemm.py [--ref_python PY]
+  /work/main/.venv/bin/python bench/skinny_gemm.py [--ref_python PY] \
+      [--xla_flags "" "--xla_cpu_use_xnnpack=true" "--xla_cpu_use_onednn=true"]
 
 A decode step multiplies a few rows (batch x beam) by every weight matrix of the model.
 This times exactly those products for the Vaswani-base decoder of bench/decode.py
 (6 layers: self-attention q/k/v/o and cross-attention q/o 512x512, FFN 512x2048 and
-2048x512, output 512x8000) at M = 1, 32 and 128 rows: ours as one jitted XLA function,
-theirs as torch matmuls (2 threads) in the reference venv, distinct random float32
-weights on both sides. Prints GFLOP/s; compare with the large-matmul peak the loop's MFU
-uses (bert_jax.train.mfu.measured_peak_flops).
+2048x512, output 512x8000) at M = 1 to 128 rows: ours as one jitted XLA function per
+XLA_FLAGS variant (each in its own process: the flags are read when the backend starts),
+with float32 weights and with bfloat16 weights and rows (float32 accumulation, what
+`model.matmul_dtype="bfloat16"` runs); theirs as torch matmuls (2 threads) in the
+reference venv, float32 and bfloat16. Distinct random weights on both sides. Prints
+GFLOP/s and ms a step; compare with the large-matmul peak the loop's MFU uses
+(bert_jax.train.mfu.measured_peak_flops).
 """
 from __future__ import annotations
 
@@ -17,71 +21,91 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = [(512, 512)] * 36 + [(512, 2048), (2048, 512)] * 6 + [(512, 8000)]
-ROWS = (1, 32, 128)
-REPS = 20
+ROWS = (1, 4, 8, 16, 32, 64, 128)
+REPS = 10
 
 _THEIRS = """
 import json, sys, time, torch
 torch.set_num_threads(2)
 shapes, rows, reps = json.loads(sys.argv[1])
 g = torch.Generator().manual_seed(0)
-ws = [torch.randn(a, b, generator=g) for a, b in shapes]
 out = {}
 with torch.no_grad():
+  for dt in (torch.float32, torch.bfloat16):
+    ws = [torch.randn(a, b, generator=g).to(dt) for a, b in shapes]
+    for m in rows:
+      xs = {k: torch.randn(m, k, generator=g).to(dt) for k in {a for a, _ in shapes}}
+      run = lambda: sum(float((xs[w.shape[0]] @ w)[0, 0]) for w in ws)
+      run()
+      t = time.perf_counter()
+      for _ in range(reps):
+        run()
+      out[f"{str(dt).split('.')[-1]} {m}"] = (time.perf_counter() - t) / reps
+print(json.dumps(out))
+"""
+
+_OURS = """
+import json, sys, time
+import jax, jax.numpy as jnp
+shapes, rows, reps = json.loads(sys.argv[1])
+keys = jax.random.split(jax.random.key(0), len(shapes))
+out = {}
+for dt in (jnp.float32, jnp.bfloat16):
+  ws = [jax.random.normal(k, tuple(s)).astype(dt) for k, s in zip(keys, shapes)]
   for m in rows:
-    xs = {k: torch.randn(m, k, generator=g) for k in {a for a, _ in shapes}}
-    run = lambda: sum(float((xs[w.shape[0]] @ w)[0, 0]) for w in ws)
-    run()
+    xs = {k: jnp.ones((m, k), dt) for k in {a for a, _ in shapes}}
+
+    @jax.jit
+    def run(xs, ws):  # every product is computed; float32 accumulation as in the model
+      return sum(jax.lax.dot(xs[w.shape[0]], w, preferred_element_type=jnp.float32)[0, 0]
+                 for w in ws)
+
+    run(xs, ws).block_until_ready()
     t = time.perf_counter()
     for _ in range(reps):
-      run()
-    out[m] = (time.perf_counter() - t) / reps
+      run(xs, ws).block_until_ready()
+    out[f"{jnp.dtype(dt).name} {m}"] = (time.perf_counter() - t) / reps
 print(json.dumps(out))
 """
 
 
-def ours() -> dict:
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  keys = jax.random.split(jax.random.key(0), len(SHAPES))
-  ws = [jax.random.normal(k, s) for k, s in zip(keys, SHAPES)]
-  out = {}
-  for m in ROWS:
-    xs = {k: jnp.ones((m, k)) for k in {a for a, _ in SHAPES}}
-
-    @jax.jit
-    def run(xs, ws):
-      return sum((xs[w.shape[0]] @ w)[0, 0] for w in ws)  # every product is computed
-
-    run(xs, ws).block_until_ready()
-    t = time.perf_counter()
-    for _ in range(REPS):
-      run(xs, ws).block_until_ready()
-    out[m] = (time.perf_counter() - t) / REPS
-  return out
+def _run(python: str, script: str, env: dict | None = None) -> dict:
+  proc = subprocess.run([python, "-c", script, json.dumps([SHAPES, ROWS, REPS])],
+                        check=True, capture_output=True, text=True, env=env)
+  return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--ref_python", default=os.environ.get(
       "REF_PYTHON", os.path.join(ROOT, ".venv-ref", "bin", "python")))
+  p.add_argument("--xla_flags", nargs="*", default=[""],
+                 help="XLA_FLAGS variants for our side, each timed in its own process")
   args = p.parse_args()
-  mine = ours()
-  theirs = json.loads(subprocess.run(
-      [args.ref_python, "-c", _THEIRS, json.dumps([SHAPES, ROWS, REPS])],
-      check=True, capture_output=True, text=True).stdout)
+  sys.path.insert(0, os.path.join(ROOT, "bench"))
+  import bench_util  # pylint: disable=g-import-not-at-top
+  bench_util.header("bench/skinny_gemm.py")
+  columns = {}
+  for flags in args.xla_flags:  # ours and theirs alternate: drift hits both
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
+    columns[f"XLA {flags or 'default'}"] = _run(sys.executable, _OURS, env)
+    if "torch" not in columns:
+      columns["torch"] = _run(args.ref_python, _THEIRS)
   params = sum(a * b for a, b in SHAPES)
   print(f"{params / 1e6:.1f}M weights a step; GFLOP/s (ms a step)")
-  print("| rows | XLA (ours) | torch |")
-  print("| --- | --- | --- |")
-  for m in ROWS:
-    flops = 2.0 * m * params
-    a, b = mine[m], theirs[str(m)]
-    print(f"| {m} | {flops / a / 1e9:.1f} ({a * 1e3:.1f}) | {flops / b / 1e9:.1f} ({b * 1e3:.1f}) |")
+  for dt in ("float32", "bfloat16"):
+    print(f"\n{dt} weights and rows:\n")
+    print("| rows | " + " | ".join(columns) + " |")
+    print("| --- |" + " --- |" * len(columns))
+    for m in ROWS:
+      flops = 2.0 * m * params
+      cells = [f"{flops / c[f'{dt} {m}'] / 1e9:.1f} ({c[f'{dt} {m}'] * 1e3:.1f})"
+               for c in columns.values()]
+      print(f"| {m} | " + " | ".join(cells) + " |")
+  print(bench_util.load_line("end"))
 
 
 if __name__ == "__main__":
