@@ -1,7 +1,7 @@
 """Skinny matmuls, XLA vs torch: what bounds a decoding step on this CPU.
 
   /work/main/.venv/bin/python bench/skinny_gemm.py [--ref_python PY] \
-      [--xla_flags "" "--xla_cpu_use_xnnpack=true" "--xla_cpu_use_onednn=true"]
+      [--variants default,xnnpack,onednn]
 
 A decode step multiplies a few rows (batch x beam) by every weight matrix of the model.
 This times exactly those products for the Vaswani-base decoder of bench/decode.py
@@ -72,6 +72,12 @@ print(json.dumps(out))
 """
 
 
+# Our side's XLA_FLAGS variants: XLA:CPU's own dot emitter, or dots routed to XNNPACK or
+# oneDNN (flags of the installed jaxlib).
+VARIANTS = {"default": "", "xnnpack": "--xla_cpu_use_xnnpack=true",
+            "onednn": "--xla_cpu_use_onednn=true"}
+
+
 def _run(python: str, script: str, env: dict | None = None) -> dict:
   proc = subprocess.run([python, "-c", script, json.dumps([SHAPES, ROWS, REPS])],
                         check=True, capture_output=True, text=True, env=env)
@@ -82,16 +88,19 @@ def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--ref_python", default=os.environ.get(
       "REF_PYTHON", os.path.join(ROOT, ".venv-ref", "bin", "python")))
-  p.add_argument("--xla_flags", nargs="*", default=[""],
-                 help="XLA_FLAGS variants for our side, each timed in its own process")
+  p.add_argument("--variants", default="default",
+                 help=f"comma-separated XLA_FLAGS variants of ours: {', '.join(VARIANTS)}")
   args = p.parse_args()
+  unknown = set(args.variants.split(",")) - set(VARIANTS)
+  if unknown:
+    p.error(f"--variants: unknown {sorted(unknown)}; known: {', '.join(VARIANTS)}")
   sys.path.insert(0, os.path.join(ROOT, "bench"))
   import bench_util  # pylint: disable=g-import-not-at-top
   bench_util.header("bench/skinny_gemm.py")
   columns = {}
-  for flags in args.xla_flags:  # ours and theirs alternate: drift hits both
-    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
-    columns[f"XLA {flags or 'default'}"] = _run(sys.executable, _OURS, env)
+  for name in args.variants.split(","):  # each in its own process, torch after the first
+    env = dict(os.environ, XLA_FLAGS=VARIANTS[name], JAX_PLATFORMS="cpu")
+    columns[f"XLA {name}"] = _run(sys.executable, _OURS, env)
     if "torch" not in columns:
       columns["torch"] = _run(args.ref_python, _THEIRS)
   params = sum(a * b for a, b in SHAPES)
