@@ -1,6 +1,6 @@
 """What a pretraining run learned, next to what counting alone gets (the end of `make demo`).
 
-  python -m bert_jax.demo_report --workdir DIR --text "the [MASK] was killed ." [--text ...]
+  python -m bert_jax.demo_report --workdir DIR [--text "the [MASK] was killed ." ...]
 
 (a) Held-out MLM accuracy of the workdir's last checkpoint on every masked position of
 the validation split (the loader's fixed eval masks, as the loop's evaluation uses),
@@ -27,6 +27,11 @@ import ml_collections
 import numpy as np
 
 from bert_jax.visualize.loader import InputError
+
+# What `make demo` fills (held out from the embedded corpus; the default of --text).
+DEMO_TEXTS = ("the prime minister said the [MASK] would be announced today .",
+              "the [MASK] was killed in the attack .",
+              "the government has [MASK] the new laws .")
 
 
 @dataclasses.dataclass
@@ -179,8 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(prog="python -m bert_jax.demo_report",
                                    description=__doc__.split("\n")[0])
   parser.add_argument("--workdir", required=True, help="a bert_pretraining workdir")
-  parser.add_argument("--text", action="append", default=[],
-                      help="a text with [MASK] to fill (repeatable)")
+  parser.add_argument("--text", action="append",
+                      help="a text with [MASK] to fill (repeatable; default: the demo's "
+                      "three held-out sentences, DEMO_TEXTS)")
   parser.add_argument("--top_k", type=int, default=5)
   return parser
 
@@ -193,7 +199,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
   try:
     fill_mask.check_top_k(args.top_k)
-    report(args.workdir, args.text, args.top_k)
+    report(args.workdir, args.text or DEMO_TEXTS, args.top_k)
   except InputError as e:
     print(f"demo_report: error: {e}", file=sys.stderr)
     return 2

@@ -55,6 +55,16 @@ def test_held_out_check(tok):
   assert demo_report.is_held_out("the [MASK] sat on the sky", counts)
 
 
+def test_texts_default_to_the_demo_sentences(monkeypatch):
+  """`make demo` passes no --text: the report fills DEMO_TEXTS; --text replaces them."""
+  seen = []
+  monkeypatch.setattr(demo_report, "report", lambda w, texts, k: seen.append(list(texts)))
+  assert demo_report.main(["--workdir", "w"]) == 0
+  assert demo_report.main(["--workdir", "w", "--text", "a [MASK] b"]) == 0
+  assert seen == [list(demo_report.DEMO_TEXTS), ["a [MASK] b"]]
+  assert all(t.count("[MASK]") == 1 for t in demo_report.DEMO_TEXTS)
+
+
 def test_bad_workdir_one_line(tmp_path, capsys):
   assert demo_report.main(["--workdir", str(tmp_path / "none"), "--text", "a [MASK]"]) == 2
   err = capsys.readouterr().err.strip().splitlines()

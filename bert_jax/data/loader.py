@@ -114,7 +114,9 @@ class BatchMaker:
     return {k: batch[k] for k in BATCH_KEYS}
 
 
-def make_masker(cfg, prepared: PreparedData, seed: int) -> masking.Masker:
+def make_masker(cfg, prepared: PreparedData, seed: int,
+                masked_lm_prob: Optional[float] = None) -> masking.Masker:
+  """The config's masker; masked_lm_prob overrides cfg.masked_lm_prob (eval masks)."""
   tok = prepared.tokenizer()
   # Bracketed tokens ([PAD], [unused7], ...) are never chosen nor drawn.
   vocab = tok.get_vocab(with_added_tokens=True)
@@ -122,7 +124,8 @@ def make_masker(cfg, prepared: PreparedData, seed: int) -> masking.Masker:
   weights = prepared.unigram_counts if cfg.random_token == "unigram" else None
   return masking.Masker(
       special_ids=special, vocab_size=prepared.vocab_size, mask_id=prepared.special.mask,
-      max_predictions=cfg.max_predictions_per_seq, masked_lm_prob=cfg.masked_lm_prob,
+      max_predictions=cfg.max_predictions_per_seq,
+      masked_lm_prob=masked_lm_prob or cfg.masked_lm_prob,
       replacement_weights=weights, whole_word_mask=cfg.whole_word_mask,
       continuation=tokenizer_lib.continuation_mask(tok), seed=seed)
 
@@ -185,7 +188,9 @@ def make_eval_iterator(cfg, prepared: PreparedData, batch_size_per_process: int,
   Process p takes instances p, p + S, ...; all processes yield the same number of
   batches (sampling.eval_shard_indices), the missing examples being padding: all-[PAD] rows with
   masked_lm_weights and next_sentence_weights 0, so weighted metrics ignore them.
-  Masks are fixed (epoch 0 of `seed`) so eval numbers are comparable across runs.
+  Masks are fixed (epoch 0 of `seed`) so eval numbers are comparable across runs; at
+  cfg.eval_masked_lm_prob if set (e.g. BERT's 15% for a run that trains at 30%, so runs
+  with different training masking rates are scored on the same task).
   """
   seed = cfg.seed if seed is None else seed
   shard_index, shard_count = _process_shard(shard_index, shard_count)
@@ -197,6 +202,7 @@ def make_eval_iterator(cfg, prepared: PreparedData, batch_size_per_process: int,
                                         shard_count)
   ds = grain.MapDataset.range(len(indices) // batch_size_per_process)
   ds = ds.map(sampling.EvalKeys(indices, batch_size_per_process))
-  ds = ds.map(BatchMaker(source, make_masker(cfg, prepared, seed), cfg.max_seq_length,
+  masker = make_masker(cfg, prepared, seed, cfg.get("eval_masked_lm_prob"))
+  ds = ds.map(BatchMaker(source, masker, cfg.max_seq_length,
                          prepared.special.pad, cfg.mode == "nsp"))
   return iterate(cfg, ds, num_workers)

@@ -325,6 +325,7 @@ def data_config() -> ml_collections.ConfigDict:
   # Masking (online, per step). google-research/bert uses 20 at 128 and 80 at 512.
   c.max_predictions_per_seq = 20
   c.masked_lm_prob = 0.15
+  c.eval_masked_lm_prob = 0.0  # > 0: the validation masks' rate (0: masked_lm_prob)
   c.whole_word_mask = False
   c.random_token = "unigram"  # 'unigram' (corpus counts) | 'uniform'
 

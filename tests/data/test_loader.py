@@ -235,3 +235,21 @@ def test_worker_processes_give_the_same_stream(tiny):
   resumed.set_state(state)  # a state saved with workers restores with workers
   assert_same_batches(take(resumed, 2), expected)
   resumed.close()
+
+
+def test_eval_masks_at_eval_masked_lm_prob(tiny):
+  """A run that trains at 40% masking is scored on 15% eval masks when asked; without
+  eval_masked_lm_prob the eval masks follow masked_lm_prob."""
+  cfg, prepared = tiny
+  cfg = cfg.copy_and_resolve_references()
+  cfg.update(masked_lm_prob=0.4, max_predictions_per_seq=30)
+  counts = {}
+  for rate in (0.0, 0.15):
+    cfg.eval_masked_lm_prob = rate
+    batch = next(loader.make_eval_iterator(cfg, prepared, 8, shard_index=0, shard_count=1))
+    real = batch["next_sentence_weights"] > 0
+    tokens = batch["input_mask"].sum(1)[real] - 3  # [CLS] A [SEP] B [SEP]
+    counts[rate] = batch["masked_lm_weights"].sum(1)[real]
+    expected = np.minimum(30, np.maximum(1, np.rint(tokens * (rate or 0.4))))
+    np.testing.assert_array_equal(counts[rate], expected)
+  assert counts[0.15].sum() < 0.5 * counts[0.0].sum()
