@@ -58,6 +58,11 @@ class TranslationTask:
     if max(self.max_source, self.max_target) > self.model_config.max_len:
       raise ValueError(f"data.max_source/target_length exceed model.max_len "
                        f"{self.model_config.max_len}.")
+    if self.architecture != "transformer" and self.model_config.matmul_dtype:
+      # The GRU's layers never read config.model: the setting would change nothing.
+      raise ValueError(f"model.matmul_dtype={self.model_config.matmul_dtype!r} applies to the "
+                       f"Transformer's matmuls; architecture={self.architecture!r} does not "
+                       "use it (leave it unset).")
     self.pack_length = int(d.get("pack_length", 0) or 0)
     if self.pack_length:
       if self.architecture != "transformer":

@@ -153,6 +153,16 @@ def test_packing_needs_room_and_the_transformer():
     registry.get_task(config)
 
 
+def test_bf16_matmuls_are_refused_for_the_gru():
+  """translate --matmul_dtype on a GRU workdir (or a GRU config) is an error, not a no-op."""
+  config = translation_config("numbers_gru")
+  config.model.matmul_dtype = "bfloat16"
+  with pytest.raises(ValueError, match="architecture='gru' does not use it"):
+    registry.get_task(config)
+  config.model.matmul_dtype = None
+  assert registry.get_task(config).architecture == "gru"
+
+
 def test_the_paper_recipe_batches_by_token_count():
   module = config_module()
   for arg in ("transformer/base", "transformer/big"):
