@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from bert_jax.data import loader, sampling
 from bert_jax.data.prepare import prepare
@@ -253,3 +254,16 @@ def test_eval_masks_at_eval_masked_lm_prob(tiny):
     expected = np.minimum(30, np.maximum(1, np.rint(tokens * (rate or 0.4))))
     np.testing.assert_array_equal(counts[rate], expected)
   assert counts[0.15].sum() < 0.5 * counts[0.0].sum()
+
+
+@pytest.mark.parametrize("field,rate,message", [
+    ("masked_lm_prob", 0.0, r"data.masked_lm_prob=0.0 must be in \(0, 1\]"),
+    ("masked_lm_prob", 1.5, r"data.masked_lm_prob=1.5 must be in \(0, 1\]"),
+    ("eval_masked_lm_prob", -0.1, r"data.eval_masked_lm_prob=-0.1 must be in \[0, 1\]"),
+])
+def test_a_masking_rate_outside_its_range_is_one_clear_error(tiny, field, rate, message):
+  cfg, prepared = tiny
+  cfg = cfg.copy_and_resolve_references()
+  cfg[field] = rate
+  with pytest.raises(ValueError, match=message):
+    loader.make_eval_iterator(cfg, prepared, 8, shard_index=0, shard_count=1)
