@@ -272,8 +272,9 @@ class MultiHeadAttention(nn.Module):
       key = parallel.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
       value = parallel.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
       if cfg.decode and not self_attention and self.is_mutable_collection("cache"):
-        self.put_variable("cache", "cross_key", _to_cache(key))
-        self.put_variable("cache", "cross_value", _to_cache(value))
+        self.put_variable("cache", "cross_key", _to_cache(key).astype(cfg.attention_dtype))
+        self.put_variable("cache", "cross_value",
+                          _to_cache(value).astype(cfg.attention_dtype))
 
     if cfg.position == "rotary":
       if positions is None:
@@ -306,7 +307,7 @@ class MultiHeadAttention(nn.Module):
     else:
       out = dot_product_attention(
           query, key, value, bias, mask, dropout_rng, cfg.attention_dropout_rate,
-          cfg.deterministic, cfg.compute_dtype, impl)
+          cfg.deterministic, cfg.attention_dtype, impl)
     out = parallel.constrain(out, QUERY)
     # out: [batch, q_len, heads, d_v] -> W^O -> [batch, q_len, d_model]
     return nn.DenseGeneral(
@@ -324,9 +325,9 @@ class MultiHeadAttention(nn.Module):
     in place and the attention reads it without a per-step copy.
     """
     is_initialized = self.has_variable("cache", "cached_key")
-    cached_key = self.variable("cache", "cached_key", jnp.zeros, _cache_shape(key), key.dtype)
-    cached_value = self.variable("cache", "cached_value", jnp.zeros, _cache_shape(value),
-                                 value.dtype)
+    dtype = self.config.attention_dtype  # what the attention reads them as
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, _cache_shape(key), dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, _cache_shape(value), dtype)
     cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32))
     if not is_initialized:
       return key, value, mask

@@ -55,7 +55,8 @@ class TransformerConfig:
   dtype: str = "float32"            # compute dtype ("bfloat16" on accelerators)
   param_dtype: str = "float32"
   # The operand dtype of the weight matmuls (Dense layers, attention projections, the tied
-  # output layer), accumulated in float32; None = the compute dtype. "bfloat16" with
+  # output layer) and of the attention's two batched matmuls and decode K/V caches
+  # (attention_dtype), accumulated in float32; None = the compute dtype. "bfloat16" with
   # float32 compute is mixed precision for decoding on CPU: XLA:CPU's bf16 x bf16 -> f32
   # skinny matmuls ran ~1.7x its float32 rate at 16-128 rows (a loaded-machine probe).
   matmul_dtype: Optional[str] = None
@@ -112,6 +113,13 @@ class TransformerConfig:
   @property
   def compute_dtype(self):
     return jnp.dtype(self.dtype)
+
+  @property
+  def attention_dtype(self):
+    """The operand dtype of the attention's two batched matmuls and of the decode caches'
+    keys/values: matmul_dtype if set (bf16 caches are half the bytes to write, re-gather
+    for beams and read each step), else the compute dtype."""
+    return jnp.dtype(self.matmul_dtype) if self.matmul_dtype else self.compute_dtype
 
   @property
   def params_dtype(self):
