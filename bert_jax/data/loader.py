@@ -117,13 +117,7 @@ class BatchMaker:
 def make_masker(cfg, prepared: PreparedData, seed: int,
                 masked_lm_prob: Optional[float] = None) -> masking.Masker:
   """The config's masker; masked_lm_prob overrides cfg.masked_lm_prob (eval masks)."""
-  # A rate outside these masks nothing sensible (round(n * rate) tokens of n).
-  if not 0 < cfg.masked_lm_prob <= 1:
-    raise ValueError(f"data.masked_lm_prob={cfg.masked_lm_prob} must be in (0, 1] (the "
-                     "fraction of a sequence's tokens to mask).")
-  if masked_lm_prob is not None and not 0 <= masked_lm_prob <= 1:
-    raise ValueError(f"data.eval_masked_lm_prob={masked_lm_prob} must be in [0, 1] (0: the "
-                     "validation masks follow data.masked_lm_prob).")
+  masking.check_rates(cfg)
   tok = prepared.tokenizer()
   # Bracketed tokens ([PAD], [unused7], ...) are never chosen nor drawn.
   vocab = tok.get_vocab(with_added_tokens=True)

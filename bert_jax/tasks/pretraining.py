@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bert_jax.data import masking
 from bert_jax.layers.stacks import unrolled_to_scan
 from bert_jax.models.bert import BertForPreTraining
 from bert_jax.train import losses
@@ -28,6 +29,7 @@ class PretrainingTask:
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config
+    masking.check_rates(config.data)  # before any preparation, which can take long
     self.tokenizer_dir = None  # set by prepare(): the directory of the vocabulary
     self.nsp = config.data.mode == "nsp"
     self.model_config = transformer_config(config)

@@ -267,3 +267,12 @@ def test_a_masking_rate_outside_its_range_is_one_clear_error(tiny, field, rate, 
   cfg[field] = rate
   with pytest.raises(ValueError, match=message):
     loader.make_eval_iterator(cfg, prepared, 8, shard_index=0, shard_count=1)
+
+
+def test_the_pretraining_task_refuses_a_bad_masking_rate_before_preparing(tmp_path):
+  from bert_jax.configs import bert_tiny  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.pretraining import PretrainingTask  # pylint: disable=g-import-not-at-top
+  config = bert_tiny.get_config("demo")
+  config.data.masked_lm_prob = 0.0
+  with pytest.raises(ValueError, match=r"data.masked_lm_prob=0.0 must be in \(0, 1\]"):
+    PretrainingTask(config)
