@@ -15,9 +15,10 @@ from bert_jax.data.sampling import CumulativeSampler, example_keys, uniforms
 
 def check_rates(data_cfg) -> None:
   """ValueError (one line, naming the field) for a masking rate outside its range: a rate
-  outside masks nothing sensible (round(n * rate) tokens of n). data_cfg: config.data."""
-  rate = data_cfg.masked_lm_prob
-  if not 0 < rate <= 1:
+  outside masks nothing sensible (round(n * rate) tokens of n). data_cfg: config.data
+  (a field it lacks is not checked: a config that never masks need not carry one)."""
+  rate = data_cfg.get("masked_lm_prob")
+  if rate is not None and not 0 < rate <= 1:
     raise ValueError(f"data.masked_lm_prob={rate} must be in (0, 1] (the fraction of a "
                      "sequence's tokens to mask).")
   eval_rate = data_cfg.get("eval_masked_lm_prob")
