@@ -48,6 +48,9 @@ def memory(compiled) -> dict:
          "program": int(m.generated_code_size_in_bytes)}
   out["total"] = (out["arguments"] + out["temporaries"] + out["outputs"] - out["aliased"]
                   + out["program"])
+  # Host memory the step holds (remat *_offloaded policies move saved activations there);
+  # not part of the HBM total.
+  out["host_temporaries"] = int(getattr(m, "host_temp_size_in_bytes", 0) or 0)
   return out
 
 
@@ -151,6 +154,8 @@ def format_report(report: dict) -> str:
                  f"({_gib(m['aliased'])} aliased to arguments), program {_gib(m['program'])} "
                  f"-> total {_gib(m['total'])} of {_gib(chip['hbm_bytes'])} "
                  f"({100 * m['total'] / chip['hbm_bytes']:.0f}%)"
+                 + (f"; host memory {_gib(m['host_temporaries'])} (offloaded activations)"
+                    if m.get("host_temporaries") else "")
                  + ("" if r["fits"] else "  DOES NOT FIT: " + r["error"]))
     rf = r["roofline"]
     lines.append(f"  model FLOPs {r['model_flops_per_step']:.3e} per step "

@@ -13,6 +13,7 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from bert_jax import parallel
 from bert_jax.layers import dropout as dropout_lib
@@ -257,6 +258,7 @@ class MultiHeadAttention(nn.Module):
         dot_general=dense_lib.for_config(cfg), kernel_init=cfg.kernel_init("embed", "heads", "kv"),
         bias_init=cfg.zeros_init("heads", "kv"))
     query = parallel.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
+    query = checkpoint_name(query, "query_proj")  # remat policies save by name (stacks.py)
     if cfg.decode and not self_attention and self.has_variable("cache", "cross_key"):
       # Decoding: the encoder side is fixed, so its keys/values were projected once.
       if inputs_kv is not None:
@@ -271,6 +273,7 @@ class MultiHeadAttention(nn.Module):
                          "keys/values are in the decode cache.")
       key = parallel.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
       value = parallel.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
+      key, value = checkpoint_name(key, "key_proj"), checkpoint_name(value, "value_proj")
       if cfg.decode and not self_attention and self.is_mutable_collection("cache"):
         self.put_variable("cache", "cross_key", _to_cache(key).astype(cfg.attention_dtype))
         self.put_variable("cache", "cross_value",
@@ -310,11 +313,12 @@ class MultiHeadAttention(nn.Module):
           cfg.deterministic, cfg.attention_dtype, impl)
     out = parallel.constrain(out, QUERY)
     # out: [batch, q_len, heads, d_v] -> W^O -> [batch, q_len, d_model]
-    return nn.DenseGeneral(
+    out = nn.DenseGeneral(
         features=inputs_q.shape[-1], axis=(-2, -1), use_bias=cfg.use_bias,
         dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
         dot_general=dense_lib.for_config(cfg), kernel_init=cfg.kernel_init("heads", "kv", "embed"),
-        bias_init=cfg.zeros_init("embed"), name="out")(out)
+        bias_init=cfg.zeros_init("embed"), name="out")(out)      # [batch, q_len, d_model]
+    return checkpoint_name(out, "out_proj")
 
   def _update_cache(self, key: Array, value: Array, mask: Array | None):
     """Writes this step's keys/values at the cache index; masks keys not yet written.

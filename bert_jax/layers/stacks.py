@@ -21,10 +21,26 @@ from bert_jax.layers.positional import RelativePositionBias
 
 Array = jax.Array
 
+# What the backward pass may keep of each block's forward. The named ones save tensors the
+# blocks tag with checkpoint_name (attention.py: query_proj, key_proj, value_proj, out_proj),
+# as MaxText's save_qkv_proj / save_dot_except_mlp do: at S512 they keep the attention
+# projections (4 of the 6 per-layer matmul outputs, a third of dots_no_batch's bytes: the
+# FFN's [rows, len, 4d] output is the largest) and recompute the FFN and attention's core.
+# The *_offloaded ones move what they save to host memory (pinned_host) in the forward pass
+# and back for the backward (TPU: HBM then holds what "full" holds; the transfers overlap
+# compute). bench/RESULTS.md "AOT" measures each.
+_QKV = ("query_proj", "key_proj", "value_proj")
+_POLICIES = jax.checkpoint_policies
 _REMAT_POLICIES = {
     "full": None,  # save nothing, recompute the whole block in the backward pass
-    "dots": jax.checkpoint_policies.checkpoint_dots,
-    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "dots": _POLICIES.checkpoint_dots,
+    "dots_no_batch": _POLICIES.dots_with_no_batch_dims_saveable,
+    "qkv_proj": _POLICIES.save_only_these_names(*_QKV),
+    "dots_except_mlp": _POLICIES.save_only_these_names(*_QKV, "out_proj"),
+    "qkv_proj_offloaded": _POLICIES.save_and_offload_only_these_names(
+        names_which_can_be_saved=[], names_which_can_be_offloaded=list(_QKV),
+        offload_src="device", offload_dst="pinned_host"),
+    "minimal_offloaded": _POLICIES.offload_dot_with_no_batch_dims("device", "pinned_host"),
 }
 
 

@@ -68,3 +68,48 @@ def test_scan_equals_unrolled(remat):
                          unrolled_to_scan(g1), g2)
   # And the conversion round-trips exactly.
   jax.tree_util.tree_map(np.testing.assert_array_equal, scan_to_unrolled(p_scan), p)
+
+
+# What each named remat policy keeps of a layer's forward pass (stacks._REMAT_POLICIES),
+# as jax's own residual listing reports it: tensors named by attention.py, or their copies
+# offloaded to host memory ("f32<host>").
+SAVED_BY_POLICY = {
+    "qkv_proj": ["named 'query_proj'", "named 'key_proj'", "named 'value_proj'"],
+    "dots_except_mlp": ["named 'query_proj'", "named 'key_proj'", "named 'value_proj'",
+                        "named 'out_proj'"],
+    "qkv_proj_offloaded": ["f32<host>[2,6,4,4]"] * 3,
+    "full": [],
+}
+
+
+def _saved_activations(policy, x, capsys):
+  """jax.ad_checkpoint.print_saved_residuals' lines for [batch, len, ...] activations."""
+  enc = Encoder(TINY.replace(num_layers=1, remat_policy=policy, dense_grad_2d=False))
+  p = enc.init(jax.random.key(0), x)
+  capsys.readouterr()
+  jax.ad_checkpoint.print_saved_residuals(lambda q: enc.apply(q, x)[0].sum(), p)
+  lines = capsys.readouterr().out.splitlines()
+  return [l for l in lines if "[2,6," in l and "from a constant" not in l]
+
+
+@pytest.mark.parametrize("policy", sorted(SAVED_BY_POLICY))
+def test_named_remat_policies_save_the_named_projections(policy, capsys):
+  x = np.random.default_rng(1).normal(size=(2, 6, 16)).astype(np.float32)
+  saved = _saved_activations(policy, x, capsys)
+  assert len(saved) == len(SAVED_BY_POLICY[policy]), saved
+  for want in SAVED_BY_POLICY[policy]:
+    assert any(want in line for line in saved), (want, saved)
+
+
+def test_named_remat_policies_keep_the_gradients():
+  x = np.random.default_rng(2).normal(size=(2, 6, 16)).astype(np.float32)
+  mask = A.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
+  grads = {}
+  for policy in ("none", "qkv_proj", "qkv_proj_offloaded"):
+    enc = Encoder(TINY.replace(scan_layers=True, remat_policy=policy, dense_grad_2d=False))
+    p = nn.meta.unbox(enc.init(jax.random.key(0), x, mask)["params"])
+    loss = lambda q: jnp.sum(enc.apply({"params": q}, x, mask)[0] ** 2)
+    grads[policy] = jax.jit(jax.grad(loss))(p)
+  for policy in ("qkv_proj", "qkv_proj_offloaded"):
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
+                           grads["none"], grads[policy])
