@@ -4,8 +4,9 @@ BeamDocumentsBuilder writes what corpora.DocumentsBuilder writes (same features,
 split by the same hash), so the two outputs hold the same records in the same order and
 everything downstream reads either. Each split's `_generate_examples` is a PTransform:
 the corpus sources (one per text file, the embedded files, ranges of a tfds split) are
-spread over workers by a Reshuffle, each read and sentence-split where it lands (text
-files and tfds datasets on gs:// too: data/beam_remote.py). Bad
+spread over workers by a Reshuffle, each read once and sentence-split where it lands
+(text files and tfds datasets on gs:// too: data/beam_remote.py), then partitioned into
+the splits. Bad
 input (undecodable bytes, over-long lines, empty documents or files) is counted into
 Beam counters, which become the build's stats (corpus_stats.json), as in process.
 """
@@ -23,16 +24,15 @@ from bert_jax.data import corpora
 NAMESPACE = "bert_jax.corpus"
 
 
-def _read(indexed_source, validation_fraction: float, validation: bool, counted: bool):
-  """(key, example) of one source's documents of one split."""
+def _read(indexed_source, validation_fraction: float):
+  """(in validation, key, example) of one source's documents."""
   s, source = indexed_source
   stats = corpora.Stats()
   for i, sentences in enumerate(corpora.read_source(source, stats)):
     text = corpora.document_text(sentences)
-    if corpora.assign_split(text, validation_fraction, stats) == validation:
-      yield corpora.document_key(s, i), {"text": text}
-  if counted:  # the corpus is read once per split; its counts are kept once
-    beam_util.count(NAMESPACE, stats)
+    in_validation = corpora.assign_split(text, validation_fraction, stats)
+    yield in_validation, corpora.document_key(s, i), {"text": text}
+  beam_util.count(NAMESPACE, stats)
 
 
 def _read_group(group, *args):
@@ -65,17 +65,18 @@ class BeamDocumentsBuilder(beam_remote.UploadingBuilder, corpora.DocumentsBuilde
     super().__init__(documents_fn=None, validation_fraction=validation_fraction,
                      splits=splits, **kwargs)
 
-  def _generate_examples(self, validation: bool):
+  def _split_generators(self, dl_manager, pipeline):
+    """Each split's (key, example) PCollection, from one read of the corpus (tfds hands
+    a builder whose _split_generators takes `pipeline` the split writers' pipeline)."""
+    del dl_manager  # local or already downloaded sources
     import apache_beam as beam  # pylint: disable=g-import-not-at-top
-    fraction, counted = self._validation_fraction, not validation
-
-    @beam.ptransform_fn
-    def documents(pipeline):
-      return (pipeline
-              | "Sources" >> beam.Create(_groups(list(enumerate(self._sources))))
-              | "Spread" >> beam.Reshuffle()
-              | "Read" >> beam.FlatMap(_read_group, fraction, validation, counted))
-    return documents()  # pylint: disable=no-value-for-parameter
+    documents = (pipeline
+                 | "Sources" >> beam.Create(_groups(list(enumerate(self._sources))))
+                 | "Spread" >> beam.Reshuffle()
+                 | "Read" >> beam.FlatMap(_read_group, self._validation_fraction))
+    by_split = documents | "BySplit" >> beam.Partition(lambda d, _: int(d[0]), 2)
+    return {split: by_split[int(split == "validation")] | f"Keyed_{split}" >> beam.Map(
+        lambda d: d[1:]) for split in self._splits}
 
   def _process_pipeline_result(self, pipeline_result):
     self.stats.clear()

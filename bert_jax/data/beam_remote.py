@@ -15,10 +15,11 @@ and renames the incomplete directory (epath: gcsfs on gs://). Only the ExampleWr
 cannot work on gs://: array_record's C++ writer writes local files only. So
 UploadingExampleWriter writes the shard to a local temporary file on the worker and
 uploads it, checked against the object's CRC32C; everything else stays tfds's code.
-The alternatives were more intrusive: a Beam sink of our own replacing BeamWriter
-(its key hashing and sharding would have to be reproduced to keep the records'
-order equal to the in-process path's), or building on the launcher and uploading
-(today's mirror, which a cluster's workers cannot take part in).
+The documents stage goes through BeamWriter so (its records in the in-process order);
+the instances stage writes its files itself, one per Beam task, with the same
+UploadingExampleWriter (beam_instances.py: BeamWriter's global shuffle cost half that
+stage). Building on the launcher and uploading (today's mirror) was no alternative: a
+cluster's workers cannot take part in it.
 
 Reading is the mirror image: array_record cannot read gs:// either, and the vocabulary
 and instances stages read the documents dataset by random access. RemoteSplit

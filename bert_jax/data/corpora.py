@@ -459,6 +459,18 @@ def shard_examples(shard: instances.ShardInstances, stats: Stats):
     }
 
 
+def instance_features() -> tfds.features.FeaturesDict:
+  """The features of an instances dataset (both paths' writers encode with them)."""
+  ids = lambda: tfds.features.Tensor(shape=(None,), dtype=np.int32,
+                                     encoding=tfds.features.Encoding.BYTES)
+  return tfds.features.FeaturesDict({
+      "input_ids": ids(),  # [n] [CLS] ... [SEP], unpadded
+      "segment_ids": ids(),  # [n]
+      "is_random_next": np.int32,
+      "num_tokens": np.int32,
+  })
+
+
 class InstancesBuilder(_LocalBuilder, skip_registration=True):
   """Unmasked pretraining instances (NSP pairs or packed rows) of a DocumentsBuilder's output.
 
@@ -482,16 +494,8 @@ class InstancesBuilder(_LocalBuilder, skip_registration=True):
     super().__init__(**kwargs)
 
   def _info(self):
-    ids = lambda: tfds.features.Tensor(shape=(None,), dtype=np.int32,
-                                       encoding=tfds.features.Encoding.BYTES)
-    return tfds.core.DatasetInfo(
-        builder=self, description="Unmasked BERT pretraining instances.",
-        features=tfds.features.FeaturesDict({
-            "input_ids": ids(),  # [n] [CLS] ... [SEP], unpadded
-            "segment_ids": ids(),  # [n]
-            "is_random_next": np.int32,
-            "num_tokens": np.int32,
-        }))
+    return tfds.core.DatasetInfo(builder=self, features=instance_features(),
+                                 description="Unmasked BERT pretraining instances.")
 
   def _split_generators(self, dl_manager):
     del dl_manager

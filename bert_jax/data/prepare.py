@@ -283,9 +283,9 @@ def _prepare_instances(cfg, data_dir: str, root: str, documents_dir: str, vocab_
   common = dict(documents_dir=documents_dir, tokenizer_json=tok.to_str(), settings=settings,
                 shard_documents=cfg.shard_documents, data_dir=root, file_format="array_record")
   if beam:
-    counts = os.path.join(root, "unigram_counts.beam.npy")
+    summary = os.path.join(root, "summary.beam.npz")
     make_builder = lambda splits: beam_instances.BeamInstancesBuilder(
-        counts_path=counts, splits=splits, **common)
+        summary_path=summary, splits=splits, **common)
   else:
     make_builder = lambda splits: corpora.InstancesBuilder(
         processes=processes, splits=splits, **common)

@@ -61,6 +61,19 @@ def test_two_hosts_read_one_vocabulary_and_disjoint_shards(gcs, tmp_path):  # no
 
 
 @pytest.mark.multiprocess
+def test_two_hosts_without_a_shared_disk_use_process_0s_bpe(tmp_path):
+  """GPT's lm data, each host's data_dir on its own disk: process 0 trains the BPE and
+  sends it; process 1 (whose train_bpe raises) writes it and builds the same streams."""
+  results = _pod(tmp_path, "unused", "lm")
+  for code, out in results:
+    assert code == 0, out[-3000:]
+  first, second = (_report(out) for _, out in results)
+  assert first["tokenizer"] == second["tokenizer"] and first["tokens"] == second["tokens"]
+  assert first["streams_dir"].startswith(str(tmp_path / "host0"))
+  assert second["streams_dir"].startswith(str(tmp_path / "host1"))
+
+
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("fault, message", [
     ("fail", r"process 1: process 0 failed to prepare the data, so this process stops too: "
              r"ValueError: the corpus is broken on process 0"),

@@ -24,10 +24,12 @@ tfds by name), held-out documents by a hash of their text (data/prepare.py).
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import os
 import sys
+import zlib
 
 import grain
 import numpy as np
@@ -98,7 +100,26 @@ def _texts(source):
     yield d["text"].decode("utf-8") if isinstance(d["text"], bytes) else d["text"]
 
 
-def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> str:
+def shared_tokenizer(cfg, data: LmData) -> str:
+  """What process 0 of a multi-host run sends the others (hosts.prepare_once's name): its
+  trained tokenizer.json, zlib-compressed and base64 (~0.5 MB for GPT-2's 50k tokens);
+  "" when the tokenizer is the given config.vocab_path, which every host reads itself.
+
+  Why not let each host train its own from the same documents: nothing in tokenizers
+  promises the same BPE from one process to the next (its trainer assigns some token
+  ids in hash-map order, which breaks ties between equally frequent pairs:
+  huggingface/tokenizers#1794 and #2066 for WordPiece's "##" tokens; GPT's byte-level
+  BPE trained twice here gave the same bytes), and hosts share no disk here (the
+  streams live on local disk). One trained BPE, sent, rules disagreement out.
+  """
+  if cfg.vocab_path:
+    return ""
+  with open(data.tokenizer_path, "rb") as f:
+    return base64.b64encode(zlib.compress(f.read())).decode("ascii")
+
+
+def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str,
+               shared: str = "") -> str:
   if cfg.vocab_path:
     path = os.path.expanduser(cfg.vocab_path)
     gpt2.load_gpt2_tokenizer(path)  # fail early, with a clear message
@@ -115,7 +136,18 @@ def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str) -> str:
   path = os.path.join(data_dir, "bpe-" + prepare_lib.content_hash([corpus_hash, cfg.vocab_size]),
                       "tokenizer.json")
   with prepare_lib.build_lock(os.path.dirname(path)):  # concurrent runs train it once
-    if not os.path.exists(path):
+    if shared:  # process 0's (shared_tokenizer): written, never trained here
+      content = zlib.decompress(base64.b64decode(shared))
+      current = None
+      if os.path.exists(path):
+        with open(path, "rb") as f:
+          current = f.read()
+      if current != content:  # missing, or this host's own from before: replaced
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "wb") as f:
+          f.write(content)
+        os.replace(path + ".tmp", path)
+    elif not os.path.exists(path):
       tok = train_bpe(_texts(_documents_source(documents_dir, "train")), cfg.vocab_size)
       os.makedirs(os.path.dirname(path), exist_ok=True)
       tok.save(path + ".tmp")
@@ -166,9 +198,10 @@ def _write_streams(tok, documents_dir: str, root: str, tokenizer_path: str, eot_
   os.replace(done + ".tmp", done)
 
 
-def prepare(cfg, verbose: bool = True, beam=None) -> LmData:
+def prepare(cfg, verbose: bool = True, beam=None, shared: str = "") -> LmData:
   """Builds (or reuses) documents, the BPE and the token streams of `cfg` (config.data);
-  `beam` (a data.beam_util.BeamRun): the documents stage on that Beam runner."""
+  `beam` (a data.beam_util.BeamRun): the documents stage on that Beam runner; `shared`:
+  process 0's shared_tokenizer, used instead of training one here."""
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   prepare_lib.check_data_dir(cfg.data_dir)
   if beam:
@@ -177,7 +210,7 @@ def prepare(cfg, verbose: bool = True, beam=None) -> LmData:
   corpus_hash = prepare_lib.content_hash(prepare_lib.corpus_key(cfg))
   documents_dir, _, _ = prepare_lib.prepare_documents(
       cfg, os.path.join(data_dir, "documents-" + corpus_hash), beam)
-  tokenizer_path = _tokenizer(cfg, data_dir, corpus_hash, documents_dir)
+  tokenizer_path = _tokenizer(cfg, data_dir, corpus_hash, documents_dir, shared)
   tok = Tokenizer.from_file(tokenizer_path)
   eot_id = tok.token_to_id(EOT)
   if eot_id is None:

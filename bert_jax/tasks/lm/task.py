@@ -49,12 +49,16 @@ class LmTask:
       if self._seq_len(dict(phase)) > self.model_config.max_len:
         raise ValueError(f"max_seq_length {self._seq_len(dict(phase))} exceeds the model's "
                          f"max_len {self.model_config.max_len} (its position table).")
-    # Process 0 first; the others then reuse its files on a shared disk, or build their
-    # own (local disks: the LM streams are not mirrored to gs:// like BERT's instances).
+    # Process 0 first, and its trained BPE travels to the others, which build their
+    # documents and streams (deterministic given the tokenizer) on their own disks but
+    # never train a BPE (data.shared_tokenizer says why).
     cfg = self.config.data
+
+    def lead():
+      data = data_lib.prepare(cfg)
+      return data, data_lib.shared_tokenizer(cfg, data)
     self.data = hosts.prepare_once(
-        "lm", lead=lambda: (data_lib.prepare(cfg), ""),
-        follow=lambda _: data_lib.prepare(cfg),
+        "lm", lead=lead, follow=lambda shared: data_lib.prepare(cfg, shared=shared),
         timeout_s=cfg.get("prepare_timeout", hosts.DEFAULT_TIMEOUT_S))
     self.tokenizer_dir = os.path.dirname(self.data.tokenizer_path)
     if self.data.vocab_size > self.model_config.vocab_size:
