@@ -132,12 +132,24 @@ def aot_rows(config_path: str, topology: str, extra: list[str], jsonl: str = "",
 
   A point whose strategy already failed to fit at a smaller global batch is not compiled
   (its row says so): HBM per chip only grows with the batch. With `jsonl`, each row is
-  appended to that file as soon as it is known (a sweep of hours keeps what it did)."""
+  appended to that file as soon as it is known (a sweep of hours keeps what it did), and
+  a point that file already holds for the same topology and --config.x flags is taken
+  from it instead of compiled again: a stopped sweep, rerun, resumes where it stopped."""
   from bert_jax.aot import check as check_lib, report as report_lib  # pylint: disable=g-import-not-at-top
   rows = []
   too_big = {}  # strategy (the overrides but the batch) -> smallest batch that did not fit
+  done = _compiled_rows(jsonl, topology, extra)
   for overrides in select(load_sweep(config_path), list(where)):
     strategy, batch = _strategy(overrides), overrides.get(BATCH_KEY)
+    row = done.get(_point_key(overrides))
+    if row is not None:
+      row = dict(row, overrides=overrides)
+      rows.append(row)
+      if not row["fits"] and batch is not None:
+        too_big[strategy] = min(too_big.get(strategy, batch), batch)
+      print(f"# {run_name(overrides)}: fits={row['fits']} (from {jsonl})", file=sys.stderr,
+            flush=True)
+      continue
     if batch is not None and too_big.get(strategy, batch + 1) <= batch:
       # Memory grows with the batch: a larger one cannot fit where a smaller one did not.
       row = {"overrides": overrides, "fits": False, "skipped": True,
@@ -153,7 +165,7 @@ def aot_rows(config_path: str, topology: str, extra: list[str], jsonl: str = "",
       _set(config, key, _literal(value))
     for key, value in overrides.items():
       _set(config, key, value)
-    row = {"overrides": overrides}
+    row = {"overrides": overrides, "topology": topology, "extra": list(extra)}
     try:
       report = check_lib.check(config, topology, steps=("train",), config_name=config_path)
     except report_lib.DoesNotFitError as e:
@@ -178,11 +190,41 @@ def aot_rows(config_path: str, topology: str, extra: list[str], jsonl: str = "",
   return rows
 
 
+def _point_key(overrides: dict) -> str:
+  return json.dumps(overrides, sort_keys=True)  # tuples and their JSON lists agree
+
+
+def _compiled_rows(jsonl: str, topology: str, extra: list[str]) -> dict[str, dict]:
+  """The compiled points of an earlier run's `jsonl` for this topology and these flags,
+  by _point_key (a line cut short by a kill is ignored)."""
+  if not jsonl or not os.path.exists(jsonl):
+    return {}
+  rows = {}
+  with open(jsonl, encoding="utf-8") as f:
+    for line in f:
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError:
+        continue
+      if (row.get("topology") == topology and row.get("extra") == list(extra)
+          and not row.get("skipped") and row.get("fits") is not None):
+        rows[_point_key(row["overrides"])] = row
+  return rows
+
+
 def _keep(rows: list[dict], row: dict, jsonl: str) -> None:
   rows.append(row)
   if jsonl:
+    # A kill mid-write leaves a line without its newline: end it, so this row stays whole.
+    cut = os.path.exists(jsonl) and os.path.getsize(jsonl) and _last_byte(jsonl) != b"\n"
     with open(jsonl, "a", encoding="utf-8") as f:
-      f.write(json.dumps(row, default=str) + "\n")
+      f.write(("\n" if cut else "") + json.dumps(row, default=str) + "\n")
+
+
+def _last_byte(path: str) -> bytes:
+  with open(path, "rb") as f:
+    f.seek(-1, os.SEEK_END)
+    return f.read(1)
 
 
 def aot_table(rows: list[dict], topology: str) -> str:

@@ -112,22 +112,43 @@ def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypat
 
   monkeypatch.setattr(check_lib, "check", fake_check)
   jsonl = tmp_path / "rows.jsonl"
-  rows = sw.aot_rows(os.path.join(ROOT, "configs", "bert_large.py:s512"), "v5e-256", [],
-                     jsonl=str(jsonl))
+  config = os.path.join(ROOT, "configs", "bert_large.py:s512")
+  # A sweep stopped after its first strategy (remat none on the first mesh), with the
+  # line it was writing cut short by the kill ...
+  sw.aot_rows(config, "v5e-256", [], jsonl=str(jsonl),
+              where=("config.mesh_shape=-1x1x1", "config.model.remat_policy=none"))
+  assert len(compiled) == 1
+  with open(jsonl, "a", encoding="utf-8") as f:
+    f.write('{"overrides": {"config.mesh_shape": [-1, 1, 1], "config.model.remat')
+  # ... resumes when rerun: that strategy's points come from the file, not compiled again.
+  compiled.clear()
+  rows = sw.aot_rows(config, "v5e-256", [], jsonl=str(jsonl))
   assert len(rows) == 36
   # Each row was written as it came: a sweep stopped midway keeps its points.
-  assert [json.loads(line)["fits"] for line in jsonl.read_text().splitlines()] == [
-      r["fits"] for r in rows]
-  # Per mesh: remat none compiles 256 (no), skips 1024, 4096; the others 256, 1024 (no).
-  assert len(compiled) == 4 * (1 + 2 + 2)
+  # The cut line stays alone; the rerun's rows follow it whole, all but the one reused.
+  lines = jsonl.read_text().splitlines()
+  assert lines[3].endswith('"config.model.remat')
+  assert [json.loads(line)["fits"] for line in lines[4:]] == [r["fits"] for r in rows[1:]]
+  assert rows[0]["fits"] is False and not rows[0].get("skipped")
+  # Per mesh: remat none compiles 256 (no), skips 1024, 4096; the others 256, 1024 (no);
+  # the first mesh's remat none came from the file.
+  assert len(compiled) == 4 * (1 + 2 + 2) - 1
+  assert ((-1, 1, 1), "none", 256) not in compiled
   skipped = [r for r in rows if r.get("skipped")]
-  assert len(skipped) == 36 - len(compiled) and all(r["fits"] is False for r in skipped)
+  assert len(skipped) == 36 - 20 and all(r["fits"] is False for r in skipped)
   assert skipped[0]["error"] == "not compiled: batch 256 already does not fit"
   table = sw.aot_table(rows, "v5e-256")
   best = table.split("largest global batch")[1]
   assert "| -1x8x1, none | none of the swept |" in best
   assert "| -1x8x1, full | 256 |" in best
   assert "| -1x8x4, full | 256 |" in best   # tensor-parallel: the vocabulary pads itself
+  # Another topology or other flags compile again.
+  compiled.clear()
+  sw.aot_rows(config, "v5p-128", [], jsonl=str(jsonl),
+              where=("config.mesh_shape=-1x1x1", "config.model.remat_policy=none"))
+  sw.aot_rows(config, "v5e-256", ["--config.seed=1"], jsonl=str(jsonl),
+              where=("config.mesh_shape=-1x1x1", "config.model.remat_policy=none"))
+  assert len(compiled) == 2
 
 
 def test_where_selects_points_by_their_table_cells():
