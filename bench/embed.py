@@ -58,8 +58,9 @@ def corpus_sentences(n: int) -> list[str]:
   """The first n non-empty sentences of the embedded corpus, whitespace collapsed."""
   try:
     from bert_jax.data import corpora  # pylint: disable=g-import-not-at-top
+    from bert_jax.data import text_cleaning  # pylint: disable=g-import-not-at-top
     out = []
-    for document in corpora.embedded_documents(corpora.Stats()):
+    for document in corpora.embedded_documents(text_cleaning.Stats()):
       out.extend(" ".join(s.split()) for s in document if s.strip())
       if len(out) >= n:
         return out[:n]

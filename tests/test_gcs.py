@@ -250,7 +250,7 @@ def test_data_prepared_into_gcs_is_copied_checked_by_another_host(gcs, tmp_path,
   refused by its CRC32C and leaves no marker: the next start copies it again; a disk too
   small for the copy is one line before anything is copied; a level rebuilt in the bucket
   replaces the host's older copy."""
-  from bert_jax.data import mirror, prepare
+  from bert_jax.data import mirror, prepare, prepared_data
   monkeypatch.chdir(tmp_path)
   cfg = e2e_config("gs://bucket/data").data
   cfg.cache_dir = str(tmp_path / "host0")
@@ -285,16 +285,16 @@ def test_data_prepared_into_gcs_is_copied_checked_by_another_host(gcs, tmp_path,
   monkeypatch.setattr(mirror.shutil, "disk_usage", lambda p: real_usage(p)._replace(free=1000))
   with pytest.raises(OSError, match=rf"^copying gs://bucket/data/{name} needs 0.0 GiB on "
                      rf"{local / name}, which has 0.0 GiB free: set data.cache_dir"):
-    prepare.open_prepared(cfg, name, verbose=False)
+    prepared_data.open_prepared(cfg, name, verbose=False)
   monkeypatch.setattr(mirror.shutil, "disk_usage", real_usage)
   monkeypatch.setattr(mirror.Mirror, "_download", damaged)
-  with pytest.raises(prepare.CorruptDataError, match=r"the copy of gs://bucket/data/nsp-\w+/"
+  with pytest.raises(mirror.CorruptDataError, match=r"the copy of gs://bucket/data/nsp-\w+/"
                      r".*array_record.* has crc32c"):
-    prepare.open_prepared(cfg, name, verbose=False)
+    prepared_data.open_prepared(cfg, name, verbose=False)
   assert not (local / name / "prepared.json").exists()
   monkeypatch.setattr(mirror.Mirror, "_download", real_get)
 
-  read = prepare.open_prepared(cfg, name, verbose=False)
+  read = prepared_data.open_prepared(cfg, name, verbose=False)
   assert sorted(os.listdir(local)) == sorted(
       [name, name + ".lock", os.path.basename(os.path.dirname(read.vocab_path)),
        os.path.basename(os.path.dirname(read.vocab_path)) + ".lock"])  # no documents
@@ -313,7 +313,7 @@ def test_data_prepared_into_gcs_is_copied_checked_by_another_host(gcs, tmp_path,
   level = os.path.basename(os.path.dirname(read.vocab_path))
   newer = gcs.cat(f"bucket/data/{level}/vocab.txt") + b"zyzzyva\n"
   gcs.pipe(f"bucket/data/{level}/vocab.txt", newer)
-  with open(prepare.open_prepared(cfg, name, verbose=False).vocab_path, "rb") as f:
+  with open(prepared_data.open_prepared(cfg, name, verbose=False).vocab_path, "rb") as f:
     assert f.read() == newer
   assert not os.path.exists(tmp_path / "gs:")
 

@@ -1,6 +1,6 @@
 """The documents stage as a Beam pipeline, through tfds's Beam support.
 
-BeamDocumentsBuilder writes what corpora.DocumentsBuilder writes (same features, keys,
+BeamDocumentsBuilder writes what documents_builder.DocumentsBuilder writes (same features, keys,
 split by the same hash), so the two outputs hold the same records in the same order and
 everything downstream reads either. Each split's `_generate_examples` is a PTransform:
 the corpus sources (one per text file, the embedded files, ranges of a tfds split) are
@@ -20,6 +20,8 @@ from bert_jax import paths
 from bert_jax.data import beam_remote
 from bert_jax.data import beam_util
 from bert_jax.data import corpora
+from bert_jax.data import documents_builder
+from bert_jax.data import text_cleaning
 
 NAMESPACE = "bert_jax.corpus"
 
@@ -27,10 +29,10 @@ NAMESPACE = "bert_jax.corpus"
 def _read(indexed_source, validation_fraction: float):
   """(in validation, key, example) of one source's documents."""
   s, source = indexed_source
-  stats = corpora.Stats()
+  stats = text_cleaning.Stats()
   for i, sentences in enumerate(corpora.read_source(source, stats)):
-    text = corpora.document_text(sentences)
-    in_validation = corpora.assign_split(text, validation_fraction, stats)
+    text = documents_builder.document_text(sentences)
+    in_validation = documents_builder.assign_split(text, validation_fraction, stats)
     yield in_validation, corpora.document_key(s, i), {"text": text}
   beam_util.count(NAMESPACE, stats)
 
@@ -54,9 +56,9 @@ def _groups(indexed_sources: list) -> list[list]:
   return beam_remote.by_file(dataset_dir, split, remote, lambda t: t[1][6]) + rest
 
 
-class BeamDocumentsBuilder(beam_remote.UploadingBuilder, corpora.DocumentsBuilder,
+class BeamDocumentsBuilder(beam_remote.UploadingBuilder, documents_builder.DocumentsBuilder,
                            skip_registration=True):
-  """corpora.DocumentsBuilder's dataset, built by a Beam pipeline (download_and_prepare
+  """documents_builder.DocumentsBuilder's dataset, built by a Beam pipeline (download_and_prepare
   with a tfds.download.DownloadConfig naming the runner)."""
 
   def __init__(self, *, sources: list, validation_fraction: float,

@@ -1,8 +1,8 @@
 """The instances stage as a Beam pipeline whose workers write the dataset's files.
 
-BeamInstancesBuilder writes the dataset corpora.InstancesBuilder writes (same features,
+BeamInstancesBuilder writes the dataset instances_builder.InstancesBuilder writes (same features,
 the same tfds array_record layout: the loader reads either) from the same instance
-shards: the documents split cut by corpora.shard_bounds, each shard tokenized and turned
+shards: the documents split cut by instances_builder.shard_bounds, each shard tokenized and turned
 into NSP pairs or packed rows by instances.shard_instances with its shard-keyed seeds
 (the random next sentence drawn from the shard's own documents). So both paths hold the
 same records; only their order in the files differs (the loader shuffles globally).
@@ -36,8 +36,8 @@ from tensorflow_datasets.core import example_serializer
 from bert_jax import paths
 from bert_jax.data import beam_remote
 from bert_jax.data import beam_util
-from bert_jax.data import corpora
 from bert_jax.data import instances
+from bert_jax.data import instances_builder
 
 FILE_BYTES = 64 << 20  # documents' bytes per output file (and Beam task), about
 MIN_FILES = 32  # a small corpus still gets tasks enough to spread over the workers
@@ -55,7 +55,7 @@ def file_plan(documents_dir: str, split: str, shard_documents: int) -> list[list
   """
   info = tfds.builder_from_directory(documents_dir).info.splits[split]
   shards = [(s, lo, hi) for s, (lo, hi) in enumerate(
-      corpora.shard_bounds(info.num_examples, shard_documents))]
+      instances_builder.shard_bounds(info.num_examples, shard_documents))]
   if paths.is_remote(documents_dir):
     return beam_remote.by_file(documents_dir, split, shards, lambda t: t[1])
   files = min(len(shards), max(MIN_FILES, -(-info.num_bytes // FILE_BYTES)))
@@ -71,13 +71,13 @@ def _shard(split_id: int, split: str, shard: tuple, documents_dir: str, tokenize
   if instances._WORKER.get("tokenizer_json") != tokenizer_json:  # pylint: disable=protected-access
     instances.init_worker(tokenizer_json, settings, threads=False)
     instances._WORKER["tokenizer_json"] = tokenizer_json  # pylint: disable=protected-access
-  texts = corpora.shard_texts(_SOURCES[(documents_dir, split)], lo, hi)
+  texts = instances_builder.shard_texts(_SOURCES[(documents_dir, split)], lo, hi)
   return instances.shard_instances((split_id, s, texts))
 
 
 def _serialize(example) -> bytes:
   if not _SERIALIZER:
-    features = corpora.instance_features()
+    features = instances_builder.instance_features()
     _SERIALIZER.append((features, example_serializer.ExampleSerializer(
         features.get_serialized_info())))
   features, serializer = _SERIALIZER[0]
@@ -98,7 +98,7 @@ def _write_file(task, documents_dir: str, tokenizer_json: str, settings, templat
       stats.update(made.stats)
       if made.unigram_counts is not None:
         counts = made.unigram_counts if counts is None else counts + made.unigram_counts
-      for key, example in corpora.shard_examples(made, stats):
+      for key, example in instances_builder.shard_examples(made, stats):
         record = _serialize(example)
         sizes.append(len(record))
         yield key, record
@@ -133,12 +133,12 @@ def _save(summary: dict, path: str) -> None:
   paths.write_atomically(path, buffer.getvalue())
 
 
-class BeamInstancesBuilder(corpora.InstancesBuilder, skip_registration=True):
-  """corpora.InstancesBuilder's dataset, built by a Beam pipeline."""
+class BeamInstancesBuilder(instances_builder.InstancesBuilder, skip_registration=True):
+  """instances_builder.InstancesBuilder's dataset, built by a Beam pipeline."""
 
   def __init__(self, *, summary_path: str, **kwargs):
     """Args: summary_path: where the pipeline leaves its summary (.npz; any place the
-    workers and this process both reach); the rest as corpora.InstancesBuilder
+    workers and this process both reach); the rest as instances_builder.InstancesBuilder
     (`processes` is the runner's business, not used)."""
     self._summary_path = summary_path
     super().__init__(**kwargs)

@@ -20,7 +20,7 @@ import collections
 import tensorflow_datasets as tfds
 
 from bert_jax.data import beam_remote
-from bert_jax.data import corpora
+from bert_jax.data import instances_builder
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import wordpiece
 
@@ -31,7 +31,7 @@ def sampled_texts(source, fraction: float, lo: int = 0, hi=None):
   """Texts of the train documents [lo, hi) in the vocabulary's sample."""
   hi = len(source) if hi is None else hi
   for start in range(lo, hi, _RANGE):
-    for text in corpora.shard_texts(source, start, min(start + _RANGE, hi)):
+    for text in instances_builder.shard_texts(source, start, min(start + _RANGE, hi)):
       if wordpiece.in_sample(text, fraction):
         yield text
 

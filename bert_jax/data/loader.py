@@ -27,7 +27,7 @@ from bert_jax.data import instances
 from bert_jax.data import masking
 from bert_jax.data import sampling
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.data.prepare import PreparedData
+from bert_jax.data.prepared_data import PreparedData
 
 # Every batch (train and eval) has exactly these keys.
 BATCH_KEYS = (

@@ -31,7 +31,7 @@ _SAMPLE_PERSON = b"bert_jax-vocab"
 
 def in_sample(text: str, fraction: float) -> bool:
   """The vocabulary's deterministic document sample (a hash independent of the
-  train/validation split's, corpora.is_validation)."""
+  train/validation split's, documents_builder.is_validation)."""
   if fraction >= 1.0:
     return True
   digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8, person=_SAMPLE_PERSON)

@@ -63,6 +63,7 @@ class PretrainingTask:
     the others read what it names (never a vocabulary of their own): data/hosts.py."""
     from bert_jax.data import hosts  # pylint: disable=g-import-not-at-top
     from bert_jax.data import prepare as prepare_lib  # pylint: disable=g-import-not-at-top
+    from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
     del workdir
     self._prepared = {}
     for i, phase in enumerate(self.config.train.get("phases") or [{}]):
@@ -72,7 +73,7 @@ class PretrainingTask:
       self._prepared[cfg.max_seq_length] = hosts.prepare_once(
           f"bert/phase{i}/seq{cfg.max_seq_length}",
           lead=lambda cfg=cfg: prepare_lib.prepare_named(cfg),
-          follow=lambda name, cfg=cfg: prepare_lib.open_prepared(cfg, name),
+          follow=lambda name, cfg=cfg: prepared_data.open_prepared(cfg, name),
           timeout_s=cfg.get("prepare_timeout", hosts.DEFAULT_TIMEOUT_S))
     first = next(iter(self._prepared.values()))
     self.tokenizer_dir = os.path.dirname(first.vocab_path)

@@ -17,7 +17,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bert_jax.data import beam_util
-from bert_jax.data import corpora
+from bert_jax.data import documents_builder
 from bert_jax.data import loader
 from bert_jax.data import prepare as prepare_lib
 
@@ -268,7 +268,7 @@ def test_training_from_a_beam_prepared_dataset_resumes_exactly(tmp_path):
   assert resumed == losses
 
 
-class FakeBeamWiki(corpora._LocalBuilder):  # pylint: disable=protected-access
+class FakeBeamWiki(documents_builder.LocalBuilder):
   """A catalog dataset whose `_generate_examples` is a beam.PTransform, as tfds's
   wikipedia/* and c4/* builders are (offline stand-in: their sources need the network)."""
 

@@ -1,4 +1,4 @@
-"""Corpus readers and the documents builder on small files; bad input is counted."""
+"""Corpus readers on small files, the embedded corpus and tfds; bad input is counted."""
 import collections
 import itertools
 
@@ -7,17 +7,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bert_jax.data import corpora
-
-
-def test_split_sentences():
-  assert corpora.split_sentences(
-      'Dr. Smith met J. R. Hartley in the U.S. Army. "Go!" he said. Was it 3 p.m. already? '
-      'See Fig. 3 for e.g. details... Yes. (Then he left.) 1999 was good.') == [
-          "Dr. Smith met J. R. Hartley in the U.S. Army.", '"Go!" he said.',
-          "Was it 3 p.m. already?", "See Fig. 3 for e.g. details...", "Yes.",
-          "(Then he left.)", "1999 was good."]
-  assert corpora.split_sentences("  ") == []
-  assert corpora.split_sentences("no final stop") == ["no final stop"]
+from bert_jax.data import documents_builder
 
 
 def test_text_files_google_format_and_paragraphs(testdata):
@@ -71,35 +61,7 @@ def test_lee_corpus_one_document_a_line():
                         "closure of the Hume Highway.")
 
 
-def test_hash_split_is_deterministic_with_the_fraction():
-  texts = [f"document number {i}" for i in range(20_000)]
-  flags = np.array([corpora.is_validation(t, 0.1) for t in texts])
-  assert abs(flags.mean() - 0.1) < 0.01
-  assert (flags == [corpora.is_validation(t, 0.1) for t in texts]).all()
-  assert not any(corpora.is_validation(t, 0.0) for t in texts[:100])
-
-
-def test_documents_builder_writes_array_record(tmp_path, testdata):
-  files = testdata("tiny_corpus.txt") + "," + testdata("paragraphs.txt")
-  builder = corpora.DocumentsBuilder(
-      documents_fn=lambda stats: corpora.keyed_documents(
-          [("text", f, 20000) for f in files.split(",")], stats),
-      validation_fraction=0.25, data_dir=str(tmp_path), file_format="array_record")
-  builder.download_and_prepare(download_dir=str(tmp_path / "dl"))
-  assert sorted(p.name for p in builder.data_path.iterdir() if "array_record" in p.name) == [
-      "documents_builder-train.array_record-00000-of-00001",
-      "documents_builder-validation.array_record-00000-of-00001"]
-  train = [d["text"].decode() for d in builder.as_data_source(split="train")]
-  valid = [d["text"].decode() for d in builder.as_data_source(split="validation")]
-  expected = ["\n".join(d) for d in corpora.text_file_documents(files, collections.Counter())]
-  assert sorted(train + valid) == sorted(expected)
-  assert all(corpora.is_validation(t, 0.25) for t in valid)
-  assert not any(corpora.is_validation(t, 0.25) for t in train)
-  assert builder.stats["train_documents"] == len(train) and len(train) >= 4
-  assert builder.stats["sentences"] == 42
-
-
-class FakeTextCorpus(corpora._LocalBuilder):  # pylint: disable=protected-access
+class FakeTextCorpus(documents_builder.LocalBuilder):
   """A registered tfds text dataset, to exercise the by-name path offline."""
 
   def _info(self):

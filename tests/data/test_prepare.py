@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from bert_jax.data import loader
-from bert_jax.data.prepare import CorruptDataError, prepare
+from bert_jax.data.mirror import CorruptDataError
+from bert_jax.data.prepare import prepare
 from bert_jax.data.tokenizer import SpecialIds
 
 
@@ -137,10 +138,11 @@ def test_open_prepared_reads_what_prepare_named_and_never_builds(tiny, data_root
   On a data_dir that does not hold it (local disks, not shared) it is one clear error,
   never a build of its own."""
   from bert_jax.data import prepare as prepare_lib
+  from bert_jax.data import prepared_data
   cfg, prepared = tiny
   again, name = prepare_lib.prepare_named(cfg, verbose=False)
   assert again.instances_dir == prepared.instances_dir and name.startswith("nsp-")
-  opened = prepare_lib.open_prepared(cfg, name, verbose=False)
+  opened = prepared_data.open_prepared(cfg, name, verbose=False)
   assert (opened.instances_dir, opened.vocab_path, opened.num_examples) == (
       prepared.instances_dir, prepared.vocab_path, prepared.num_examples)
   np.testing.assert_array_equal(opened.unigram_counts, prepared.unigram_counts)
@@ -148,5 +150,5 @@ def test_open_prepared_reads_what_prepare_named_and_never_builds(tiny, data_root
   cfg.data_dir = str(tmp_path / "another_host")
   with pytest.raises(FileNotFoundError, match=rf"another_host/{name}/prepared.json does not "
                      r"exist: .* data.data_dir must be a gs:// url or a gcsfuse mount"):
-    prepare_lib.open_prepared(cfg, name, verbose=False)
+    prepared_data.open_prepared(cfg, name, verbose=False)
   assert not any(os.path.isdir(p) for p in (tmp_path / "another_host").iterdir())

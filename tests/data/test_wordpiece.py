@@ -84,7 +84,8 @@ def test_agrees_with_the_tokenizers_library_up_to_ties():
   """The same algorithm as tokenizers' WordPieceTrainer: on the embedded Wikipedia excerpt
   the token sets may differ only in late merges whose counts tie (other tie-breaking)."""
   from bert_jax.data import corpora  # pylint: disable=g-import-not-at-top
-  texts = [corpora.document_text(d) for d in corpora.wiki_dump_documents(
+  from bert_jax.data import documents_builder  # pylint: disable=g-import-not-at-top
+  texts = [documents_builder.document_text(d) for d in corpora.wiki_dump_documents(
       corpora.gensim_test_data(corpora.WIKI_EXCERPT), collections.Counter())][:40]
   tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
   tok.normalizer = normalizers.BertNormalizer(lowercase=True)

@@ -36,7 +36,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from bert_jax import paths
-from bert_jax.data import loader, sampling
+from bert_jax.data import levels, loader, mirror, sampling
 from bert_jax.data import prepare as prepare_lib
 from bert_jax.interop import gpt2
 
@@ -127,15 +127,15 @@ def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str,
     if paths.is_remote(path) or (where.is_dir() and not (where / "tokenizer.json").exists()):
       # vocab.json + merges.txt, or files on gs://: store the assembled tokenizer.json
       # beside the streams (a local file, as the loader reads it).
-      out = os.path.join(data_dir, "bpe-" + prepare_lib.content_hash([corpus_hash, path]),
+      out = os.path.join(data_dir, "bpe-" + levels.content_hash([corpus_hash, path]),
                          "tokenizer.json")
       os.makedirs(os.path.dirname(out), exist_ok=True)
       gpt2.load_gpt2_tokenizer(path).save(out)
       return out
     return os.path.join(path, "tokenizer.json") if where.is_dir() else path
-  path = os.path.join(data_dir, "bpe-" + prepare_lib.content_hash([corpus_hash, cfg.vocab_size]),
+  path = os.path.join(data_dir, "bpe-" + levels.content_hash([corpus_hash, cfg.vocab_size]),
                       "tokenizer.json")
-  with prepare_lib.build_lock(os.path.dirname(path)):  # concurrent runs train it once
+  with mirror.build_lock(os.path.dirname(path)):  # concurrent runs train it once
     if shared:  # process 0's (shared_tokenizer): written, never trained here
       content = zlib.decompress(base64.b64decode(shared))
       current = None
@@ -203,11 +203,11 @@ def prepare(cfg, verbose: bool = True, beam=None, shared: str = "") -> LmData:
   `beam` (a data.beam_util.BeamRun): the documents stage on that Beam runner; `shared`:
   process 0's shared_tokenizer, used instead of training one here."""
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
-  prepare_lib.check_data_dir(cfg.data_dir)
+  levels.check_data_dir(cfg.data_dir)
   if beam:
     beam.check_data_dir(cfg.data_dir)
   data_dir = os.path.expanduser(cfg.data_dir)
-  corpus_hash = prepare_lib.content_hash(prepare_lib.corpus_key(cfg))
+  corpus_hash = levels.content_hash(levels.corpus_key(cfg))
   documents_dir, _, _ = prepare_lib.prepare_documents(
       cfg, os.path.join(data_dir, "documents-" + corpus_hash), beam)
   tokenizer_path = _tokenizer(cfg, data_dir, corpus_hash, documents_dir, shared)
@@ -216,10 +216,10 @@ def prepare(cfg, verbose: bool = True, beam=None, shared: str = "") -> LmData:
   if eot_id is None:
     raise ValueError(f"{tokenizer_path} has no {EOT} token (the document separator).")
   with open(tokenizer_path, "rb") as f:
-    tok_digest = prepare_lib.content_hash(f.read().decode("utf-8", "replace"))
-  root = os.path.join(data_dir, "lm-" + prepare_lib.content_hash([_FORMAT, corpus_hash, tok_digest]))
+    tok_digest = levels.content_hash(f.read().decode("utf-8", "replace"))
+  root = os.path.join(data_dir, "lm-" + levels.content_hash([_FORMAT, corpus_hash, tok_digest]))
   done = os.path.join(root, "prepared.json")
-  with prepare_lib.build_lock(root):  # concurrent runs write the streams once
+  with mirror.build_lock(root):  # concurrent runs write the streams once
     if not os.path.exists(done):
       _write_streams(tok, documents_dir, root, tokenizer_path, eot_id)
   with open(done) as f:
