@@ -23,7 +23,6 @@ import numpy as np
 import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
-from bert_jax.data import instances
 from bert_jax.data import masking
 from bert_jax.data import sampling
 from bert_jax.data import tokenizer as tokenizer_lib

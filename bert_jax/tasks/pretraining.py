@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
