@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import sys
 from typing import Optional, Sequence
@@ -22,6 +21,7 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
+from bert_jax import jsonl
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertForPreTraining
 from bert_jax.visualize import loader
@@ -99,14 +99,9 @@ def held_out_accuracy(path: str) -> Optional[tuple[int, float]]:
   if not os.path.isfile(metrics):
     return None
   last = None
-  with open(metrics, encoding="utf-8") as f:
-    for line in f:
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError:
-        continue
-      if "eval/mlm_accuracy" in row:
-        last = (int(row["step"]), float(row["eval/mlm_accuracy"]))
+  for row in jsonl.rows(metrics):
+    if "eval/mlm_accuracy" in row:
+      last = (int(row["step"]), float(row["eval/mlm_accuracy"]))
   return last
 
 

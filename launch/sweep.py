@@ -199,17 +199,10 @@ def _compiled_rows(jsonl: str, topology: str, extra: list[str]) -> dict[str, dic
   by _point_key (a line cut short by a kill is ignored)."""
   if not jsonl or not os.path.exists(jsonl):
     return {}
-  rows = {}
-  with open(jsonl, encoding="utf-8") as f:
-    for line in f:
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError:
-        continue
-      if (row.get("topology") == topology and row.get("extra") == list(extra)
-          and not row.get("skipped") and row.get("fits") is not None):
-        rows[_point_key(row["overrides"])] = row
-  return rows
+  from bert_jax import jsonl as jsonl_lib  # pylint: disable=g-import-not-at-top
+  return {_point_key(row["overrides"]): row for row in jsonl_lib.rows(jsonl)
+          if row.get("topology") == topology and row.get("extra") == list(extra)
+          and not row.get("skipped") and row.get("fits") is not None}
 
 
 def _keep(rows: list[dict], row: dict, jsonl: str) -> None:

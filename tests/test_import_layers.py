@@ -18,7 +18,7 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
                        "bert_jax")
 
 LAYERS = (
-    ("paths", "progress", "parallel", "chips", "platforms", "compile_cache"),  # no model
+    ("paths", "jsonl", "progress", "parallel", "chips", "platforms", "compile_cache"),  # no model
     ("layers",),
     ("models",),
     ("data", "checkpoint", "decoding"),

@@ -23,12 +23,13 @@ Array = jax.Array
 
 # What the backward pass may keep of each block's forward. The named ones save tensors the
 # blocks tag with checkpoint_name (attention.py: query_proj, key_proj, value_proj, out_proj),
-# as MaxText's save_qkv_proj / save_dot_except_mlp do: at S512 they keep the attention
-# projections (4 of the 6 per-layer matmul outputs, a third of dots_no_batch's bytes: the
-# FFN's [rows, len, 4d] output is the largest) and recompute the FFN and attention's core.
-# The *_offloaded ones move what they save to host memory (pinned_host) in the forward pass
-# and back for the backward (TPU: HBM then holds what "full" holds; the transfers overlap
-# compute). bench/RESULTS.md "AOT" measures each.
+# as MaxText's save_qkv_proj / save_dot_except_mlp do: they keep the attention's
+# projections (q, k, v: 3 of the 6 per-layer matmul outputs, a third of dots_no_batch's
+# bytes, since the FFN's [rows, len, 4d] is the largest; with the output projection 4 of
+# 6) and recompute attention's core and the FFN. The *_offloaded ones move what they keep
+# to host memory (pinned_host) in the forward pass and back for the backward: HBM close
+# to "full"'s, at the cost of host RAM and host-link traffic each step.
+# bench/RESULTS.md "Remat policies that keep the attention projections" measures each.
 _QKV = ("query_proj", "key_proj", "value_proj")
 _POLICIES = jax.checkpoint_policies
 _REMAT_POLICIES = {
