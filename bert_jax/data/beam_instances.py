@@ -96,8 +96,7 @@ def _write_file(task, documents_dir: str, tokenizer_json: str, settings, templat
     for shard in shards:
       made = _shard(split_id, split, shard, documents_dir, tokenizer_json, settings)
       stats.update(made.stats)
-      if made.unigram_counts is not None:
-        counts = made.unigram_counts if counts is None else counts + made.unigram_counts
+      counts = instances_builder.add_counts(counts, made.unigram_counts)
       for key, example in instances_builder.shard_examples(made, stats):
         record = _serialize(example)
         sizes.append(len(record))
@@ -121,8 +120,7 @@ def _merge(summaries) -> dict:
       total = collections.Counter(out["stats"].get(split, {}))
       total.update(stats)  # not `+`: it drops keys counted 0, which the stats keep
       out["stats"][split] = dict(total)
-    if s["counts"] is not None:
-      out["counts"] = s["counts"] if out["counts"] is None else out["counts"] + s["counts"]
+    out["counts"] = instances_builder.add_counts(out["counts"], s["counts"])
   return out
 
 

@@ -55,6 +55,13 @@ def _bounded_ordered_map(fn, tasks, processes: int, initializer, initargs):
       yield pending.popleft().get()
 
 
+def add_counts(total: np.ndarray | None, counts: np.ndarray | None) -> np.ndarray | None:
+  """Unigram counts summed over shards (None: none yet; validation shards carry none)."""
+  if counts is None:
+    return total
+  return counts if total is None else total + counts
+
+
 def shard_examples(shard: instances.ShardInstances, stats: text_cleaning.Stats):
   """(key, example) of a shard's instances; counts instances and random B's."""
   offsets = np.concatenate([[0], np.cumsum(shard.lengths)])
@@ -125,8 +132,7 @@ class InstancesBuilder(documents_builder.LocalBuilder, skip_registration=True):
     for shard in _bounded_ordered_map(instances.shard_instances, tasks, processes,
                                       instances.init_worker, initargs):
       stats.update(shard.stats)
-      if shard.unigram_counts is not None:
-        counts = shard.unigram_counts if counts is None else counts + shard.unigram_counts
+      counts = add_counts(counts, shard.unigram_counts)
       yield from shard_examples(shard, stats)
     self.stats[split] = dict(stats)
     if split_id == 0:

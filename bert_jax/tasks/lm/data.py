@@ -143,10 +143,7 @@ def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str,
         with open(path, "rb") as f:
           current = f.read()
       if current != content:  # missing, or this host's own from before: replaced
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "wb") as f:
-          f.write(content)
-        os.replace(path + ".tmp", path)
+        paths.write_atomically(path, content)
     elif not os.path.exists(path):
       tok = train_bpe(_texts(_documents_source(documents_dir, "train")), cfg.vocab_size)
       os.makedirs(os.path.dirname(path), exist_ok=True)
