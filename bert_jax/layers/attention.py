@@ -258,7 +258,7 @@ class MultiHeadAttention(nn.Module):
         dot_general=dense_lib.for_config(cfg), kernel_init=cfg.kernel_init("embed", "heads", "kv"),
         bias_init=cfg.zeros_init("heads", "kv"))
     query = parallel.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
-    query = checkpoint_name(query, "query_proj")  # remat policies save by name (stacks.py)
+    query = _saveable(query, "query_proj")  # remat policies save by name (stacks.py)
     if cfg.decode and not self_attention and self.has_variable("cache", "cross_key"):
       # Decoding: the encoder side is fixed, so its keys/values were projected once.
       if inputs_kv is not None:
@@ -273,7 +273,7 @@ class MultiHeadAttention(nn.Module):
                          "keys/values are in the decode cache.")
       key = parallel.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
       value = parallel.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
-      key, value = checkpoint_name(key, "key_proj"), checkpoint_name(value, "value_proj")
+      key, value = _saveable(key, "key_proj"), _saveable(value, "value_proj")
       if cfg.decode and not self_attention and self.is_mutable_collection("cache"):
         self.put_variable("cache", "cross_key", _to_cache(key).astype(cfg.attention_dtype))
         self.put_variable("cache", "cross_value",
@@ -350,6 +350,20 @@ class MultiHeadAttention(nn.Module):
     if mask is not None and mask.shape[-1] == max_len:
       cache_mask = cache_mask & mask                         # e.g. left-padded prompts
     return _from_cache(cached_key.value), _from_cache(cached_value.value), cache_mask
+
+
+def _saveable(x: Array, name: str) -> Array:
+  """x [batch, len, heads, d] tagged `name` for the remat policies, as [batch, len, heads * d].
+
+  Why flat: what a policy saves is stacked over the scanned layers, and XLA gives that
+  stack the layout of its consumer. Splash attention reads [.., len, d] tiles, so with
+  d = 64 each saved q/k/v sat in TPU's 128-lane tiles half empty: BERT-large's three
+  stacks took 9 GiB per chip at 1024 rows for 4.5 GiB of values (bench/RESULTS.md "Remat
+  policies that keep the attention projections"). Flattened, no dimension of 64 is left
+  to pad whatever layout XLA picks; the per-layer relayout for the kernel is transient.
+  """
+  batch, length, heads, d = x.shape
+  return checkpoint_name(x.reshape(batch, length, heads * d), name).reshape(x.shape)
 
 
 # Decode caches keep keys/values heads-major, [batch, heads, len, d], not in the

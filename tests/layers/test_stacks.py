@@ -72,12 +72,15 @@ def test_scan_equals_unrolled(remat):
 
 # What each named remat policy keeps of a layer's forward pass (stacks._REMAT_POLICIES),
 # as jax's own residual listing reports it: tensors named by attention.py, or their copies
-# offloaded to host memory ("f32<host>").
+# offloaded to host memory ("f32<host>"). q, k and v are kept flat, [batch, len, heads * d]
+# (here [2, 6, 4 * 4]), not [batch, len, heads, d]: on TPU the latter's stack took splash
+# attention's layout, d = 64 padded to 128 lanes, twice the bytes (attention._saveable).
 SAVED_BY_POLICY = {
-    "qkv_proj": ["named 'query_proj'", "named 'key_proj'", "named 'value_proj'"],
-    "dots_except_mlp": ["named 'query_proj'", "named 'key_proj'", "named 'value_proj'",
-                        "named 'out_proj'"],
-    "qkv_proj_offloaded": ["f32<host>[2,6,4,4]"] * 3,
+    "qkv_proj": ["f32[2,6,16] named 'query_proj'", "f32[2,6,16] named 'key_proj'",
+                 "f32[2,6,16] named 'value_proj'"],
+    "dots_except_mlp": ["f32[2,6,16] named 'query_proj'", "f32[2,6,16] named 'key_proj'",
+                        "f32[2,6,16] named 'value_proj'", "f32[2,6,16] named 'out_proj'"],
+    "qkv_proj_offloaded": ["f32<host>[2,6,16]"] * 3,
     "full": [],
 }
 
