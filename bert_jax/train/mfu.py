@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 
 @functools.lru_cache(maxsize=None)
-def measured_peak_flops(dtype: str = "float32", n: int = 2048, repeats: int = 5) -> float:
+def measured_peak_flops(dtype: str = "float32", n: int = 1024, repeats: int = 5) -> float:
   """FLOP/s of one device on a large square matmul: MFU's denominator when the device kind
   has no datasheet figure (CPU). It moves with the machine's load."""
   dev = jax.local_devices()[0]
