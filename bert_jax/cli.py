@@ -1,8 +1,10 @@
-"""The flag parser of the CLIs that take `--config` (bert_jax.main, bert_jax.aot)."""
+"""The flag parsers of the CLIs: absl's for those that take `--config` (bert_jax.main,
+bert_jax.aot), argparse's for those whose `main` returns an exit status."""
 from __future__ import annotations
 
+import argparse
 import sys
-from typing import Sequence
+from typing import Optional, Sequence, Union
 
 from absl import flags
 
@@ -28,3 +30,14 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     overrides = [a for a in argv if a.startswith("--config.")]
     print(f"error: unknown config key among {overrides}: {detail}", file=sys.stderr)
     sys.exit(2)
+
+
+def parse_args(parser: argparse.ArgumentParser,
+               argv: Optional[Sequence[str]]) -> Union[argparse.Namespace, int]:
+  """The parsed flags (argv None: sys.argv[1:]), or the exit status argparse asked for
+  after printing usage and the error (2) or the help (0), for a `main` that returns it
+  instead of exiting (the CLIs are also called from Python and from tests)."""
+  try:
+    return parser.parse_args(sys.argv[1:] if argv is None else argv)
+  except SystemExit as e:
+    return int(e.code or 0)

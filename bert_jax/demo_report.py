@@ -26,6 +26,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from bert_jax import cli
 from bert_jax.visualize.loader import InputError
 
 # What `make demo` fills (held out from the embedded corpus; the default of --text).
@@ -192,10 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  try:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-  except SystemExit as e:
-    return int(e.code or 0)
+  args = cli.parse_args(build_parser(), argv)
+  if isinstance(args, int):
+    return args
   from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
   try:
     fill_mask.check_top_k(args.top_k)

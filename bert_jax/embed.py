@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import paths
+from bert_jax import cli, paths
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
 
@@ -330,10 +330,9 @@ def _glue_layers(argv: Sequence[str]) -> list[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """The CLI; returns the exit status (0 ok, 2 bad input or flags)."""
   argv = _glue_layers(sys.argv[1:] if argv is None else argv)
-  try:
-    args = build_parser().parse_args(argv)
-  except SystemExit as e:  # argparse already printed usage + error (or --help)
-    return int(e.code or 0)
+  args = cli.parse_args(build_parser(), argv)
+  if isinstance(args, int):
+    return args
   from bert_jax.pretrained import load_encoder  # pylint: disable=g-import-not-at-top
   try:
     lines = read_lines(args.input)

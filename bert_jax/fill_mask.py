@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from bert_jax import jsonl
+from bert_jax import cli, jsonl
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertForPreTraining
 from bert_jax.visualize import loader
@@ -117,10 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  try:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-  except SystemExit as e:
-    return int(e.code or 0)
+  args = cli.parse_args(build_parser(), argv)
+  if isinstance(args, int):
+    return args
   try:
     check_top_k(args.top_k)
     model = loader.load(args.checkpoint)

@@ -26,6 +26,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from bert_jax import cli
+
 EOT = "<|endoftext|>"
 
 
@@ -169,10 +171,9 @@ def _warn(msg: str) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """The CLI; returns the exit status (0 ok, 2 bad input or flags)."""
-  try:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-  except SystemExit as e:  # argparse already printed usage + error (or --help)
-    return int(e.code or 0)
+  args = cli.parse_args(build_parser(), argv)
+  if isinstance(args, int):
+    return args
   try:
     _check_flags(args)
     prompts = read_prompts(args)

@@ -21,6 +21,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from bert_jax import cli
+
 
 def _int(text: str) -> int:
   try:
@@ -90,10 +92,9 @@ def _glue_negative(argv: Sequence[str]) -> list[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """The CLI; returns the exit status (0 ok, 2 bad input or flags)."""
   argv = _glue_negative(sys.argv[1:] if argv is None else argv)
-  try:
-    args = build_parser().parse_args(argv)
-  except SystemExit as e:  # argparse printed usage + the error (status 2) or --help (0)
-    return int(e.code or 0)
+  args = cli.parse_args(build_parser(), argv)
+  if isinstance(args, int):
+    return args
   # pylint: disable=g-import-not-at-top
   from bert_jax.visualize import loader
   try:
