@@ -353,16 +353,20 @@ class MultiHeadAttention(nn.Module):
 
 
 def _saveable(x: Array, name: str) -> Array:
-  """x [batch, len, heads, d] tagged `name` for the remat policies, as [batch, len, heads * d].
+  """x [batch, len, heads, d] tagged `name` for the remat policies; kept as
+  [batch, len, heads * d] when d is not a multiple of TPU's 128 lanes.
 
   Why flat: what a policy saves is stacked over the scanned layers, and XLA gives that
   stack the layout of its consumer. Splash attention reads [.., len, d] tiles, so with
-  d = 64 each saved q/k/v sat in TPU's 128-lane tiles half empty: BERT-large's three
-  stacks took 9 GiB per chip at 1024 rows for 4.5 GiB of values (bench/RESULTS.md "Remat
-  policies that keep the attention projections"). Flattened, no dimension of 64 is left
-  to pad whatever layout XLA picks; the per-layer relayout for the kernel is transient.
+  d = 64 each saved q/k/v sat in 128-lane tiles half empty: BERT-large's three stacks
+  took 9 GiB per chip at 1024 rows for 4.5 GiB of values (bench/RESULTS.md "Remat
+  policies that keep the attention projections"). Flat, no dimension of 64 is left to
+  pad. The price is a relayout of each q/k/v per layer into the kernel's padded tiles
+  (transient bytes, but HBM traffic), which d = 128 never needs: it stays as it is.
   """
   batch, length, heads, d = x.shape
+  if d % splash_lib.LANES == 0:
+    return checkpoint_name(x, name)
   return checkpoint_name(x.reshape(batch, length, heads * d), name).reshape(x.shape)
 
 

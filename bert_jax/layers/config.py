@@ -18,8 +18,8 @@ from bert_jax import parallel
 
 POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
-REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "qkv_proj", "dots_except_mlp",
-                  "qkv_proj_offloaded", "minimal_offloaded")  # layers/stacks.py
+REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "qkv_proj", "kv_proj",
+                  "dots_except_mlp", "qkv_proj_offloaded", "minimal_offloaded")  # stacks.py
 ATTENTION_IMPLS = ("auto", "splash", "xla", "cudnn", "reference")
 
 

@@ -26,9 +26,12 @@ Array = jax.Array
 # as MaxText's save_qkv_proj / save_dot_except_mlp do: they keep the attention's
 # projections (q, k, v: 3 of the 6 per-layer matmul outputs, a third of dots_no_batch's
 # bytes, since the FFN's [rows, len, 4d] is the largest; with the output projection 4 of
-# 6) and recompute attention's core and the FFN. The *_offloaded ones move what they keep
-# to host memory (pinned_host) in the forward pass and back for the backward: HBM close
-# to "full"'s, at the cost of host RAM and host-link traffic each step.
+# 6) and recompute attention's core and the FFN; kv_proj keeps k and v only (2048 rows of
+# BERT-large S512 per v5e:4x4 fit in HBM with it, not with qkv_proj; whether it beats full
+# in time, 4% fewer FLOPs against per-layer relayouts, is for a real TPU to tell). The
+# *_offloaded ones move what they keep to host memory (pinned_host) in the forward pass
+# and back for the backward: HBM close to "full"'s, at the cost of host RAM and host-link
+# traffic each step.
 # bench/RESULTS.md "Remat policies that keep the attention projections" measures each.
 _QKV = ("query_proj", "key_proj", "value_proj")
 _POLICIES = jax.checkpoint_policies
@@ -37,6 +40,7 @@ _REMAT_POLICIES = {
     "dots": _POLICIES.checkpoint_dots,
     "dots_no_batch": _POLICIES.dots_with_no_batch_dims_saveable,
     "qkv_proj": _POLICIES.save_only_these_names(*_QKV),
+    "kv_proj": _POLICIES.save_only_these_names("key_proj", "value_proj"),
     "dots_except_mlp": _POLICIES.save_only_these_names(*_QKV, "out_proj"),
     "qkv_proj_offloaded": _POLICIES.save_and_offload_only_these_names(
         names_which_can_be_saved=[], names_which_can_be_offloaded=list(_QKV),

@@ -78,6 +78,7 @@ def test_scan_equals_unrolled(remat):
 SAVED_BY_POLICY = {
     "qkv_proj": ["f32[2,6,16] named 'query_proj'", "f32[2,6,16] named 'key_proj'",
                  "f32[2,6,16] named 'value_proj'"],
+    "kv_proj": ["f32[2,6,16] named 'key_proj'", "f32[2,6,16] named 'value_proj'"],
     "dots_except_mlp": ["f32[2,6,16] named 'query_proj'", "f32[2,6,16] named 'key_proj'",
                         "f32[2,6,16] named 'value_proj'", "f32[2,6,16] named 'out_proj'"],
     "qkv_proj_offloaded": ["f32<host>[2,6,16]"] * 3,
@@ -85,9 +86,10 @@ SAVED_BY_POLICY = {
 }
 
 
-def _saved_activations(policy, x, capsys):
+def _saved_activations(policy, x, capsys, **overrides):
   """jax.ad_checkpoint.print_saved_residuals' lines for [batch, len, ...] activations."""
-  enc = Encoder(TINY.replace(num_layers=1, remat_policy=policy, dense_grad_2d=False))
+  enc = Encoder(TINY.replace(num_layers=1, remat_policy=policy, dense_grad_2d=False,
+                             **overrides))
   p = enc.init(jax.random.key(0), x)
   capsys.readouterr()
   jax.ad_checkpoint.print_saved_residuals(lambda q: enc.apply(q, x)[0].sum(), p)
@@ -104,15 +106,24 @@ def test_named_remat_policies_save_the_named_projections(policy, capsys):
     assert any(want in line for line in saved), (want, saved)
 
 
+def test_heads_that_fill_the_lanes_are_saved_unflattened(capsys):
+  """d = 128 fills TPU's lanes: q/k/v are kept [batch, len, heads, d], no relayout."""
+  x = np.random.default_rng(1).normal(size=(2, 6, 16)).astype(np.float32)
+  saved = _saved_activations("qkv_proj", x, capsys, num_heads=2, head_dim=128)
+  assert len(saved) == 3, saved
+  for name in ("query_proj", "key_proj", "value_proj"):
+    assert any(f"f32[2,6,2,128] named '{name}'" in line for line in saved), (name, saved)
+
+
 def test_named_remat_policies_keep_the_gradients():
   x = np.random.default_rng(2).normal(size=(2, 6, 16)).astype(np.float32)
   mask = A.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
   grads = {}
-  for policy in ("none", "qkv_proj", "qkv_proj_offloaded"):
+  for policy in ("none", "qkv_proj", "kv_proj", "qkv_proj_offloaded"):
     enc = Encoder(TINY.replace(scan_layers=True, remat_policy=policy, dense_grad_2d=False))
     p = nn.meta.unbox(enc.init(jax.random.key(0), x, mask)["params"])
     loss = lambda q: jnp.sum(enc.apply({"params": q}, x, mask)[0] ** 2)
     grads[policy] = jax.jit(jax.grad(loss))(p)
-  for policy in ("qkv_proj", "qkv_proj_offloaded"):
+  for policy in ("qkv_proj", "kv_proj", "qkv_proj_offloaded"):
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                            grads["none"], grads[policy])
