@@ -79,16 +79,18 @@ def run_ours(args) -> dict:
   import jax
 
   from bert_jax import decoding
+  from bert_jax.layers import dense
   model, params, src, mask = build_ours(args)
-  models = {"": model}
+  models = {"": (model, params)}
   if args.bf16:  # the same weights, matmul operands in bfloat16 (float32 accumulation)
-    models["bf16"] = model.clone(config=model.config.replace(matmul_dtype="bfloat16"))
+    bf16 = model.clone(config=model.config.replace(matmul_dtype="bfloat16"))
+    models["bf16"] = bf16, dense.cast_kernels(params, bf16.config)  # once, as translate does
   out = {}
   for name, kw, tag in [(n, k, t) for n, k in (
       ("beam", dict(method="beam", beam_size=args.beam)), ("greedy", dict(method="greedy")))
                         for t in models]:
-    model = models[tag]
-    def call(kw=kw, model=model):
+    model, params = models[tag]
+    def call(kw=kw, model=model, params=params):
       seqs, _ = decoding.seq2seq_generate(model, params, src, mask, max_len=args.new_tokens,
                                           bos_id=BOS, eos_id=None, alpha=0.6,
                                           extra_len=None, **kw)

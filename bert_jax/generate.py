@@ -141,8 +141,10 @@ def generate(config, params, token_ids: list[list[int]], *, max_new_tokens: int,
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from bert_jax.decoding import gpt_generate  # pylint: disable=g-import-not-at-top
+  from bert_jax.layers import dense  # pylint: disable=g-import-not-at-top
   from bert_jax.models.gpt import GPT  # pylint: disable=g-import-not-at-top
   model = GPT(config.replace(deterministic=True))
+  params = dense.cast_kernels(params, config)  # once, not in every batch's call
   width = max(len(r) for r in token_ids)  # one prompt width for every batch: one compile
   out = []
   for start in range(0, len(token_ids), batch_size):

@@ -103,3 +103,32 @@ def test_bf16_matmul_operands_accumulate_in_float32():
   logits = table.apply(params, x, method=lambda m, x: dense.attend(cfg, m, x))  # [3, 5]
   np.testing.assert_allclose(logits, r(x) @ r(params["params"]["embedding"]).T,
                              rtol=1e-5, atol=1e-5)
+
+
+def test_kernels_cast_once_at_load_compute_the_same_and_leave_no_convert():
+  """dense.cast_kernels (generate / translate at load): a bf16-matmul GPT gives the same
+  logits from kernels stored in bf16 as from float32 ones, and its compiled forward pass
+  no longer converts a float32 kernel (it did once per call)."""
+  import re  # pylint: disable=g-import-not-at-top
+  from bert_jax.models.gpt import GPT  # pylint: disable=g-import-not-at-top
+  from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
+  cfg = get_model_config("gpt/small", num_layers=2, hidden_size=64, num_heads=4, mlp_dim=128,
+                         vocab_size=97, max_len=16, scan_layers=False, deterministic=True,
+                         matmul_dtype="bfloat16")
+  model = GPT(cfg)
+  ids = jax.random.randint(jax.random.key(6), (2, 16), 0, 97)
+  params = nn.unbox(model.init(jax.random.key(7), ids)["params"])  # as loaded for inference
+  assert dense.cast_kernels(params, cfg.replace(matmul_dtype=None)) is params
+  cast = dense.cast_kernels(params, cfg)
+  leaves = jax.tree_util.tree_leaves_with_path(cast)
+  kernels = [a for p, a in leaves if p[-1].key == "kernel"]
+  assert len(kernels) >= 8 and all(a.dtype == jnp.bfloat16 for a in kernels)
+  assert all(a.dtype == jnp.float32 for p, a in leaves if p[-1].key != "kernel")  # tables, LN
+  apply = jax.jit(lambda p, x: model.apply({"params": p}, x))
+  np.testing.assert_array_equal(apply(cast, ids), apply(params, ids))
+
+  def kernel_converts(p):  # f32 -> bf16 converts of a [64, ...] kernel in the compiled HLO
+    text = apply.lower(p, ids).compile().as_text()
+    return [l for l in text.splitlines() if re.search(r"bf16\[64,[\d,]+\]\S* convert\(", l)]
+
+  assert kernel_converts(params) and not kernel_converts(cast)
