@@ -252,10 +252,15 @@ class MultiHeadAttention(nn.Module):
     cfg = self.config
     self_attention = inputs_kv is None and not self.cross
     inputs_kv = inputs_q if self_attention else inputs_kv
+    dot_general = dense_lib.for_config(cfg)
+    if cfg.d_head % splash_lib.LANES:
+      # Dots with a flat [.., heads * d] side: what dots_no_batch saves of them is then
+      # not padded from d to 128 lanes on TPU (dense.flat; _saveable for the names).
+      dot_general = dense_lib.flat(dot_general)
     dense = functools.partial(
         nn.DenseGeneral, axis=-1, features=(cfg.num_heads, cfg.d_head), use_bias=cfg.use_bias,
         dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
-        dot_general=dense_lib.for_config(cfg), kernel_init=cfg.kernel_init("embed", "heads", "kv"),
+        dot_general=dot_general, kernel_init=cfg.kernel_init("embed", "heads", "kv"),
         bias_init=cfg.zeros_init("heads", "kv"))
     query = parallel.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
     query = _saveable(query, "query_proj")  # remat policies save by name (stacks.py)
@@ -316,7 +321,7 @@ class MultiHeadAttention(nn.Module):
     out = nn.DenseGeneral(
         features=inputs_q.shape[-1], axis=(-2, -1), use_bias=cfg.use_bias,
         dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
-        dot_general=dense_lib.for_config(cfg), kernel_init=cfg.kernel_init("heads", "kv", "embed"),
+        dot_general=dot_general, kernel_init=cfg.kernel_init("heads", "kv", "embed"),
         bias_init=cfg.zeros_init("embed"), name="out")(out)      # [batch, q_len, d_model]
     return checkpoint_name(out, "out_proj")
 

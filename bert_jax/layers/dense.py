@@ -79,6 +79,35 @@ def for_config(cfg):
   return dot_general if cfg.dense_grad_2d else None
 
 
+def flat(dot_general=None):
+  """`dot_general` (None: lax's) for a dense contraction with its contracted and its
+  output dims each merged into one: x[m..., k...] · w[k..., o...] computed as the 2-D-
+  featured dot x[m..., K] · w[K, O], then reshaped to [m..., o...]. Same math, same
+  parameters; only the shape of the dot XLA sees changes.
+
+  Why: the attention projections' dots are [batch, len, embed] x [embed, heads, d] ->
+  [batch, len, heads, d] (and W^O the reverse). With d = 64 on TPU, what a remat policy
+  such as dots_no_batch saves of them is that raw dot output, whose scanned stack took
+  a layout with d minor, padded to 128 lanes: twice its bytes (bench/RESULTS.md "Remat
+  policies that keep the attention projections"). A [batch, len, heads * d] dot has no
+  64-wide dimension to pad.
+  """
+  inner = lax.dot_general if dot_general is None else dot_general
+
+  def flat_dot_general(lhs, rhs, dimension_numbers, precision=None, **kwargs):
+    n = _is_dense(lhs.ndim, dimension_numbers)
+    if not n:
+      return inner(lhs, rhs, dimension_numbers, precision=precision, **kwargs)
+    rows, features = lhs.shape[:lhs.ndim - n], rhs.shape[n:]
+    k = math.prod(rhs.shape[:n])
+    x = lhs.reshape(rows + (k,))                                      # [m..., K]
+    w = rhs.reshape(k, math.prod(features))                           # [K, O]
+    y = inner(x, w, _dims(1, x.ndim), precision=precision, **kwargs)  # [m..., O]
+    return y.reshape(rows + features)                                 # [m..., o...]
+
+  return flat_dot_general
+
+
 def cast_dot_general(dtype, lhs, rhs, dimension_numbers, precision=None,
                      preferred_element_type=None, **kwargs):
   """`lax.dot_general` of both operands cast to `dtype`, accumulated and returned in float32.

@@ -36,6 +36,36 @@ def test_value_and_gradients_match_lax(x_shape, w_shape, n):
     np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("inner", [None, dense.dot_general], ids=["lax", "grad_2d"])
+@pytest.mark.parametrize("x_shape,w_shape,n", [
+    ((2, 3, 5), (5, 4, 3), 1),           # q/k/v: [batch, len, embed] -> [batch, len, heads, d]
+    ((2, 3, 4, 3), (4, 3, 5), 2),        # W^O: [batch, len, heads, d] -> [batch, len, embed]
+])
+def test_flat_computes_the_same_contraction_through_its_inner_dot(inner, x_shape, w_shape, n):
+  kx, kw, kg = jax.random.split(jax.random.key(1), 3)
+  x, w = jax.random.normal(kx, x_shape), jax.random.normal(kw, w_shape)
+  dims = ((tuple(range(len(x_shape) - n, len(x_shape))), tuple(range(n))), ((), ()))
+  probe = jax.random.normal(kg, x_shape[:len(x_shape) - n] + w_shape[n:])
+  seen = []
+
+  def recording(lhs, rhs, dimension_numbers, **kwargs):
+    seen.append((lhs.shape, rhs.shape))
+    return (inner or lax.dot_general)(lhs, rhs, dimension_numbers, **kwargs)
+
+  flat = dense.flat(recording)
+  np.testing.assert_allclose(flat(x, w, dims), lax.dot_general(x, w, dims), rtol=1e-6,
+                             atol=1e-6)
+  # The inner dot saw one merged contracted dim and one merged output dim.
+  assert seen[0] == (x_shape[:len(x_shape) - n] + (np.prod(w_shape[:n]),),
+                     (np.prod(w_shape[:n]), np.prod(w_shape[n:])))
+  loss = lambda fn: lambda x, w: jnp.sum(fn(x, w, dims) * probe)
+  want = jax.grad(loss(lax.dot_general), argnums=(0, 1))(x, w)
+  got = jax.grad(loss(flat), argnums=(0, 1))(x, w)
+  for g, e in zip(got, want):
+    assert g.shape == e.shape
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
 def test_other_contractions_fall_back_to_lax():
   x, w = jnp.ones((3, 4, 5)), jnp.ones((3, 5, 6))
   dims = (((2,), (1,)), ((0,), (0,)))  # a batched matmul: not a dense layer
