@@ -10,7 +10,9 @@ fits, per-chip HBM (arguments, temporaries, outputs, total incl. program), compi
 The largest batch that fits per system is the last line.
 
 * ours: configs/bert_large.py (bf16 compute, scan over layers, remat `dots_no_batch`
-  (`ours_remat_full`: remat `full`, every layer's activations recomputed),
+  (`ours_remat_full`: remat `full`, every layer's activations recomputed), attention
+  dropout 0.1 and so the written-out attention (`ours_splash*`: attention dropout 0, the
+  Pallas splash kernel),
   mesh (-1, 4, 1): weights and Adam moments sharded 4-way over fsdp, data over the rest),
   one phase at --seq with BERT's prediction count (20 at 128, 80 at 512), compiled by
   bert_jax.aot exactly as the loop jits it. `--our_mesh -1,1,1` gives plain data parallel.
@@ -41,11 +43,15 @@ from bert_jax import chips  # noqa: E402
 from bert_jax.aot import report as report_lib  # noqa: E402
 
 PREDICTIONS = {128: 20, 512: 80}
-# Our systems: the config's remat policy (dots_no_batch), or every layer recomputed.
-OUR_REMAT = {"ours": "", "ours_remat_full": "full"}
+# Our systems: (remat policy, attention dropout). "" = the config's: remat dots_no_batch,
+# attention dropout 0.1, which the fused kernels do not support, so attention is the
+# written-out softmax(QK^T)V on TPU too; `_splash` sets attention dropout 0, so "auto"
+# picks the Pallas splash kernel (layers/attention.py).
+OURS = {"ours": ("", None), "ours_remat_full": ("full", None),
+        "ours_splash": ("", 0.0), "ours_splash_remat_full": ("full", 0.0)}
 
 
-def _load_config(seq: int, batch: int, mesh, remat: str = ""):
+def _load_config(seq: int, batch: int, mesh, remat: str = "", attention_dropout=None):
   import importlib.util  # pylint: disable=g-import-not-at-top
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   spec = importlib.util.spec_from_file_location("bl", os.path.join(root, "configs", "bert_large.py"))
@@ -59,13 +65,17 @@ def _load_config(seq: int, batch: int, mesh, remat: str = ""):
     c.mesh_shape = tuple(mesh)
   if remat:
     c.model.remat_policy = remat
+  if attention_dropout is not None:
+    c.model.attention_dropout_rate = attention_dropout
   return c
 
 
-def ours(topology: str, seq: int, batch: int, mesh, remat: str = "") -> dict:
+def ours(topology: str, seq: int, batch: int, mesh, remat: str = "",
+         attention_dropout=None) -> dict:
   from bert_jax.aot.check import check  # pylint: disable=g-import-not-at-top
   try:
-    r = check(_load_config(seq, batch, mesh, remat), topology, steps=("train",))
+    r = check(_load_config(seq, batch, mesh, remat, attention_dropout), topology,
+              steps=("train",))
   except report_lib.DoesNotFitError as e:
     r = e.report
   step = r["steps"][0]
@@ -137,11 +147,15 @@ def main(argv=None) -> int:
   p.add_argument("--our_mesh", default="", help="e.g. -1,1,1 (default: the config's)")
   args = p.parse_args(argv)
   mesh = [int(x) for x in args.our_mesh.split(",")] if args.our_mesh else None
+  systems = args.systems.split(",")
+  unknown = sorted(set(systems) - set(OURS) - {"theirs", "theirs_remat"})
+  if unknown:
+    p.error(f"unknown --systems {unknown}: expected some of {sorted(OURS)}, theirs, theirs_remat")
   largest = {}
-  for system in args.systems.split(","):
+  for system in systems:
     for batch in [int(b) for b in args.batches.split(",")]:
       if system.startswith("ours"):
-        r = ours(args.topology, args.seq, batch, mesh, OUR_REMAT[system])
+        r = ours(args.topology, args.seq, batch, mesh, *OURS[system])
       else:
         r = theirs(args.topology, args.seq, batch, remat=system == "theirs_remat")
       total = r["hbm"]["total"] / 2 ** 30 if r["hbm"] else None

@@ -253,7 +253,8 @@ class MultiHeadAttention(nn.Module):
     self_attention = inputs_kv is None and not self.cross
     inputs_kv = inputs_q if self_attention else inputs_kv
     dot_general = dense_lib.for_config(cfg)
-    if cfg.d_head % splash_lib.LANES:
+    flat = splash_layout(cfg)
+    if flat:
       # Dots with a flat [.., heads * d] side: what dots_no_batch saves of them is then
       # not padded from d to 128 lanes on TPU (dense.flat; _saveable for the names).
       dot_general = dense_lib.flat(dot_general)
@@ -263,7 +264,7 @@ class MultiHeadAttention(nn.Module):
         dot_general=dot_general, kernel_init=cfg.kernel_init("embed", "heads", "kv"),
         bias_init=cfg.zeros_init("heads", "kv"))
     query = parallel.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
-    query = _saveable(query, "query_proj")  # remat policies save by name (stacks.py)
+    query = _saveable(query, "query_proj", flat)  # remat policies save by name (stacks.py)
     if cfg.decode and not self_attention and self.has_variable("cache", "cross_key"):
       # Decoding: the encoder side is fixed, so its keys/values were projected once.
       if inputs_kv is not None:
@@ -278,7 +279,7 @@ class MultiHeadAttention(nn.Module):
                          "keys/values are in the decode cache.")
       key = parallel.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
       value = parallel.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
-      key, value = _saveable(key, "key_proj"), _saveable(value, "value_proj")
+      key, value = _saveable(key, "key_proj", flat), _saveable(value, "value_proj", flat)
       if cfg.decode and not self_attention and self.is_mutable_collection("cache"):
         self.put_variable("cache", "cross_key", _to_cache(key).astype(cfg.attention_dtype))
         self.put_variable("cache", "cross_value",
@@ -357,21 +358,36 @@ class MultiHeadAttention(nn.Module):
     return _from_cache(cached_key.value), _from_cache(cached_value.value), cache_mask
 
 
-def _saveable(x: Array, name: str) -> Array:
-  """x [batch, len, heads, d] tagged `name` for the remat policies; kept as
-  [batch, len, heads * d] when d is not a multiple of TPU's 128 lanes.
+def splash_layout(cfg) -> bool:
+  """Whether q/k/v are kept flat, [batch, len, heads * d], in their projections' dots and
+  where the remat policies save them: only when d is not a multiple of TPU's 128 lanes
+  and the attention core may be splash's kernel (attention_impl "splash", or "auto"
+  traced for TPU with no attention dropout; not while decoding).
 
-  Why flat: what a policy saves is stacked over the scanned layers, and XLA gives that
-  stack the layout of its consumer. Splash attention reads [.., len, d] tiles, so with
-  d = 64 each saved q/k/v sat in 128-lane tiles half empty: BERT-large's three stacks
-  took 9 GiB per chip at 1024 rows for 4.5 GiB of values (bench/RESULTS.md "Remat
-  policies that keep the attention projections"). Flat, no dimension of 64 is left to
-  pad. The price is a relayout of each q/k/v per layer into the kernel's padded tiles
-  (transient bytes, but HBM traffic), which d = 128 never needs: it stays as it is.
+  Why: what a policy saves is stacked over the scanned layers, and XLA gives that stack
+  the layout of its consumer. Splash reads [.., len, d] tiles, so with d = 64 each saved
+  q/k/v sat in 128-lane tiles half empty: BERT-large's three stacks took 9 GiB per chip
+  at 1024 rows for 4.5 GiB of values, and dots_no_batch's raw projection outputs the same
+  (bench/RESULTS.md "Remat policies that keep the attention projections"). Flat, no
+  dimension of 64 is left to pad. The price is a relayout of each q/k/v per layer into
+  the kernel's tiles (HBM traffic), which the written-out attention (its stacks keep the
+  length minor) and CPU never needed: there the projections stay as they were.
   """
-  batch, length, heads, d = x.shape
-  if d % splash_lib.LANES == 0:
+  if cfg.decode or cfg.d_head % splash_lib.LANES == 0:
+    return False
+  if cfg.attention_impl == "splash":
+    return True
+  dropout = not cfg.deterministic and cfg.attention_dropout_rate > 0.0
+  return (cfg.attention_impl == "auto" and not dropout
+          and parallel.trace_platform() == "tpu")
+
+
+def _saveable(x: Array, name: str, flat: bool) -> Array:
+  """x [batch, len, heads, d] tagged `name` for the remat policies; as [batch, len,
+  heads * d] when `flat` (splash_layout)."""
+  if not flat:
     return checkpoint_name(x, name)
+  batch, length, heads, d = x.shape
   return checkpoint_name(x.reshape(batch, length, heads * d), name).reshape(x.shape)
 
 

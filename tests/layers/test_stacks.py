@@ -72,9 +72,10 @@ def test_scan_equals_unrolled(remat):
 
 # What each named remat policy keeps of a layer's forward pass (stacks._REMAT_POLICIES),
 # as jax's own residual listing reports it: tensors named by attention.py, or their copies
-# offloaded to host memory ("f32<host>"). q, k and v are kept flat, [batch, len, heads * d]
-# (here [2, 6, 4 * 4]), not [batch, len, heads, d]: on TPU the latter's stack took splash
-# attention's layout, d = 64 padded to 128 lanes, twice the bytes (attention._saveable).
+# offloaded to host memory ("f32<host>"). Where splash attention may run (TPU), q, k and v
+# are kept flat, [batch, len, heads * d] (here [2, 6, 4 * 4]), not [batch, len, heads, d]:
+# the latter's stack took splash's layout, d = 64 padded to 128 lanes, twice the bytes
+# (attention.splash_layout). These tests take that decision as a TPU trace would.
 SAVED_BY_POLICY = {
     "qkv_proj": ["f32[2,6,16] named 'query_proj'", "f32[2,6,16] named 'key_proj'",
                  "f32[2,6,16] named 'value_proj'"],
@@ -84,6 +85,34 @@ SAVED_BY_POLICY = {
     "qkv_proj_offloaded": ["f32<host>[2,6,16]"] * 3,
     "full": [],
 }
+
+
+@pytest.fixture
+def splash_traced(monkeypatch):
+  """The layout decision of a TPU trace with splash attention (attention.splash_layout),
+  here on CPU: flat where d is not a multiple of 128 lanes."""
+  monkeypatch.setattr(A, "splash_layout", lambda cfg: cfg.d_head % 128 != 0)
+
+
+def test_q_k_v_are_flat_only_where_splash_may_run(monkeypatch):
+  cfg = TINY.replace(attention_dropout_rate=0.1, deterministic=False)  # d = 4
+  assert not A.splash_layout(cfg) and not A.splash_layout(cfg.replace(deterministic=True))
+  monkeypatch.setattr(A.parallel, "trace_platform", lambda: "tpu")
+  assert A.splash_layout(cfg.replace(deterministic=True))
+  assert A.splash_layout(cfg.replace(attention_dropout_rate=0.0))
+  assert not A.splash_layout(cfg)  # attention dropout: the written-out attention runs
+  assert not A.splash_layout(cfg.replace(attention_dropout_rate=0.0, decode=True))
+  assert not A.splash_layout(cfg.replace(deterministic=True, attention_impl="xla"))
+  assert not A.splash_layout(cfg.replace(deterministic=True, num_heads=2, head_dim=128))
+  monkeypatch.setattr(A.parallel, "trace_platform", lambda: "cpu")
+  assert A.splash_layout(cfg.replace(attention_impl="splash"))
+
+
+def test_cpu_keeps_the_projections_dots_as_they_were(capsys):
+  x = np.random.default_rng(1).normal(size=(2, 6, 16)).astype(np.float32)
+  saved = _saved_activations("dots_no_batch", x, capsys)
+  assert sum("f32[2,6,4,4] output of dot_general" in l for l in saved) == 3, saved
+  assert not any("flat_dot_general" in l for l in saved), saved
 
 
 def _saved_activations(policy, x, capsys, **overrides):
@@ -98,7 +127,7 @@ def _saved_activations(policy, x, capsys, **overrides):
 
 
 @pytest.mark.parametrize("policy", sorted(SAVED_BY_POLICY))
-def test_named_remat_policies_save_the_named_projections(policy, capsys):
+def test_named_remat_policies_save_the_named_projections(policy, capsys, splash_traced):
   x = np.random.default_rng(1).normal(size=(2, 6, 16)).astype(np.float32)
   saved = _saved_activations(policy, x, capsys)
   assert len(saved) == len(SAVED_BY_POLICY[policy]), saved
@@ -106,7 +135,7 @@ def test_named_remat_policies_save_the_named_projections(policy, capsys):
     assert any(want in line for line in saved), (want, saved)
 
 
-def test_heads_that_fill_the_lanes_are_saved_unflattened(capsys):
+def test_heads_that_fill_the_lanes_are_saved_unflattened(capsys, splash_traced):
   """d = 128 fills TPU's lanes: q/k/v are kept [batch, len, heads, d], no relayout."""
   x = np.random.default_rng(1).normal(size=(2, 6, 16)).astype(np.float32)
   saved = _saved_activations("qkv_proj", x, capsys, num_heads=2, head_dim=128)
@@ -115,7 +144,7 @@ def test_heads_that_fill_the_lanes_are_saved_unflattened(capsys):
     assert any(f"f32[2,6,2,128] named '{name}'" in line for line in saved), (name, saved)
 
 
-def test_dots_no_batch_saves_the_projections_dots_flat(capsys):
+def test_dots_no_batch_saves_the_projections_dots_flat(capsys, splash_traced):
   """jax's dots_no_batch saves the raw matmul outputs: the q/k/v projections' dots give
   [batch, len, heads * d] (here [2, 6, 4 * 4]), not [batch, len, heads, d], whose stack
   took d minor and padded it to 128 lanes on TPU (dense.flat); W^O's gives [2, 6, 16]."""
@@ -127,21 +156,26 @@ def test_dots_no_batch_saves_the_projections_dots_flat(capsys):
   assert sum("flat_dot_general" in l for l in saved) == 4, saved
 
 
-def test_heads_that_fill_the_lanes_keep_their_projection_dots(capsys):
+def test_heads_that_fill_the_lanes_keep_their_projection_dots(capsys, splash_traced):
   x = np.random.default_rng(1).normal(size=(2, 6, 16)).astype(np.float32)
   saved = _saved_activations("dots_no_batch", x, capsys, num_heads=2, head_dim=128)
   assert sum("f32[2,6,2,128] output of dot_general" in l for l in saved) == 3, saved
 
 
-def test_named_remat_policies_keep_the_gradients():
+def test_named_remat_policies_keep_the_gradients(monkeypatch):
+  """Each policy, with q/k/v flat as a TPU trace keeps them, gives the gradients of the
+  plain encoder (no remat, nothing flat)."""
   x = np.random.default_rng(2).normal(size=(2, 6, 16)).astype(np.float32)
   mask = A.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
-  grads = {}
-  for policy in ("none", "qkv_proj", "kv_proj", "qkv_proj_offloaded"):
+
+  def grads(policy):
     enc = Encoder(TINY.replace(scan_layers=True, remat_policy=policy, dense_grad_2d=False))
     p = nn.meta.unbox(enc.init(jax.random.key(0), x, mask)["params"])
     loss = lambda q: jnp.sum(enc.apply({"params": q}, x, mask)[0] ** 2)
-    grads[policy] = jax.jit(jax.grad(loss))(p)
-  for policy in ("qkv_proj", "kv_proj", "qkv_proj_offloaded"):
+    return jax.jit(jax.value_and_grad(loss))(p)
+
+  want = grads("none")
+  monkeypatch.setattr(A, "splash_layout", lambda cfg: True)
+  for policy in ("none", "dots_no_batch", "qkv_proj", "kv_proj", "qkv_proj_offloaded"):
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
-                           grads["none"], grads[policy])
+                           want, grads(policy))
