@@ -14,7 +14,7 @@ from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
 
 # Remat per phase, from the AOT tables (bench/RESULTS.md "AOT", v5e:4x4, mesh (4, 4, 1)):
 # S128: dots_no_batch (saves the projections' outputs, recomputes attention and the
-#   elementwise ops) fits 2048 rows in 9.53 GiB per chip of 16; `full` buys no batch the
+#   elementwise ops) fits 2048 rows in 9.46 GiB per chip of 16; `full` buys no batch the
 #   phase uses and recomputes every matmul.
 # S512: full. The [batch, heads, 512, 512] attention scores dominate: dots_no_batch fits
 #   512 rows (10.34 GiB), full 2048 (9.73 GiB); the recipe's 256 rows fit either, and
