@@ -7,6 +7,7 @@ too), this checkout on PYTHONPATH and `devices` fake CPU devices.
 """
 from __future__ import annotations
 
+import os
 import signal
 
 from scripts import fault_campaign
@@ -15,11 +16,19 @@ from scripts.fault_campaign import Run, checkpoints_ok, duplicate_steps, train_l
 __all__ = ["Run", "checkpoints_ok", "duplicate_steps", "main", "train_losses"]
 
 
+def xla_flags(devices: int) -> str:
+  """XLA_FLAGS of a child with `devices` fake CPU devices and this session's other XLA
+  flags (tests/conftest.py: LLVM -O0, which compiles the tiny programs faster)."""
+  others = [f for f in os.environ.get("XLA_FLAGS", "").split()
+            if not f.startswith("--xla_force_host_platform_device_count")]
+  return " ".join([f"--xla_force_host_platform_device_count={devices}"] + others)
+
+
 def main(flags: list[str], *, devices: int = 8, timeout: float = 300, **kill) -> Run:
   """Runs main with `flags` until it ends (at most `timeout` s); `kill` as
   fault_campaign.run_main: signal_at="step 3/6" (with sig=signal.SIGTERM) or
   kill_after=seconds (after_first_step=True: counted from the first `step k/N` line)."""
   kill.setdefault("sig", signal.SIGKILL if "kill_after" in kill else signal.SIGTERM)
   env = fault_campaign.child_env(
-      XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu")
+      XLA_FLAGS=xla_flags(devices), JAX_PLATFORMS="cpu")
   return fault_campaign.run_main(flags, env=env, timeout=timeout, **kill)

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from tests import procs
 from tests.test_gcs import gcs  # noqa: F401  (the fake-gcs-server fixture)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -20,7 +21,7 @@ def _pod(tmp_path, data_dir, fault=""):
   import portpicker
   port = portpicker.pick_unused_port()
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-             XLA_FLAGS="--xla_force_host_platform_device_count=1")
+             XLA_FLAGS=procs.xla_flags(1))
   hosts = [subprocess.Popen(
       [sys.executable, "-m", "tests.data.pod_host", f"127.0.0.1:{port}", str(i), data_dir,
        str(tmp_path / f"host{i}"), fault], cwd=ROOT, env=env, stdout=subprocess.PIPE,

@@ -271,7 +271,7 @@ def test_a_full_disk_at_the_metrics_append_ends_in_one_line_and_the_rerun_resume
   workdir = str(tmp_path / "run")
   flags = _flags(e2e_config(data_dir), workdir)
   env = procs.fault_campaign.child_env(
-      XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+      XLA_FLAGS=procs.xla_flags(8), JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, "-c", _FULL_AT_STEP_4, *flags], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2, proc.stderr[-3000:]
@@ -373,7 +373,7 @@ def test_two_processes_train_and_a_lost_peer_ends_the_run(data_dir, tmp_path):
                                                  "--config.train.checkpoint_every"))]
   flags += ["--config.mesh_shape=(-1,1,1)", "--config.train.eval_every=0",
             "--config.train.checkpoint_every=4", "--num_processes=2", "--heartbeat_timeout=5"]
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+  env = dict(os.environ, XLA_FLAGS=procs.xla_flags(2),
              JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
 
   def start():
