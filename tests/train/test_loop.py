@@ -383,18 +383,18 @@ def test_two_processes_train_and_a_lost_peer_ends_the_run(data_dir, tmp_path):
                              cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
 
-  procs = start()
+  hosts = start()
   seen = []
-  for line in procs[0].stdout:
+  for line in hosts[0].stdout:
     seen.append(line)
     if line.startswith("step 6/10"):
-      procs[1].kill()
+      hosts[1].kill()
       killed = time.monotonic()
       break
-  out = "".join(seen) + procs[0].communicate(timeout=120)[0]
+  out = "".join(seen) + hosts[0].communicate(timeout=120)[0]
   lost_after = time.monotonic() - killed
-  procs[1].communicate()
-  assert procs[0].returncode != 0, out
+  hosts[1].communicate()
+  assert hosts[0].returncode != 0, out
   assert lost_after < 60, lost_after  # heartbeat 5 s: bounded, not a hang
   assert re.search(r"Task 1 heartbeat timeout|tasks are unhealthy.*\n1|Connection reset by "
                    r"peer", out), out[-3000:]
