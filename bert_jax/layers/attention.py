@@ -165,13 +165,8 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
   attention_dropout_rate=0 for speed).
   """
   dropout_active = not deterministic and dropout_rate > 0.0
-  if implementation in ("auto", "splash"):
-    why_not = splash_lib.unsupported(
-        query, value, bias, None if isinstance(mask, SegmentMask) else mask, dropout_active)
-    if implementation == "splash" and why_not:
-      raise ValueError(f"model.attention_impl='splash' cannot run this attention: {why_not}.")
-    if implementation == "splash" or (parallel.trace_platform() == "tpu" and not why_not):
-      return splash_lib.splash_attention(query, key, value, mask, dtype)
+  if runs_splash(implementation, query, value, bias, mask, dropout_active):
+    return splash_lib.splash_attention(query, key, value, mask, dtype)
   mask = as_dense(mask, query.shape[1], key.shape[1])
   if (implementation == "reference" or dropout_active or query.shape[-1] != value.shape[-1]):
     return reference_attention(query, key, value, bias, mask, dropout_rng, dropout_rate,
@@ -188,6 +183,20 @@ def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | 
       and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128):  # cuDNN flash's head sizes
     impl = "cudnn"
   return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
+
+
+def runs_splash(implementation: str, query, value, bias, mask, dropout_active: bool) -> bool:
+  """Whether `dot_product_attention` computes this attention with splash's kernel: always
+  for "splash" (an error says what it cannot run), for "auto" on TPU where
+  splash_lib.unsupported finds nothing missing. Only shapes are read: query / value may
+  be jax.ShapeDtypeStruct, so a layer can ask before it has projected them."""
+  if implementation not in ("auto", "splash"):
+    return False
+  why_not = splash_lib.unsupported(
+      query, value, bias, None if isinstance(mask, SegmentMask) else mask, dropout_active)
+  if implementation == "splash" and why_not:
+    raise ValueError(f"model.attention_impl='splash' cannot run this attention: {why_not}.")
+  return implementation == "splash" or (parallel.trace_platform() == "tpu" and not why_not)
 
 
 # --------------------------------------------------------------------- additive attention
@@ -253,7 +262,7 @@ class MultiHeadAttention(nn.Module):
     self_attention = inputs_kv is None and not self.cross
     inputs_kv = inputs_q if self_attention else inputs_kv
     dot_general = dense_lib.for_config(cfg)
-    flat = splash_layout(cfg)
+    flat = not return_weights and splash_layout(cfg, inputs_q, inputs_kv, bias, mask)
     if flat:
       # Dots with a flat [.., heads * d] side: what dots_no_batch saves of them is then
       # not padded from d to 128 lanes on TPU (dense.flat; _saveable for the names).
@@ -358,11 +367,12 @@ class MultiHeadAttention(nn.Module):
     return _from_cache(cached_key.value), _from_cache(cached_value.value), cache_mask
 
 
-def splash_layout(cfg) -> bool:
+def splash_layout(cfg, inputs_q: Array, inputs_kv: Array | None, bias, mask) -> bool:
   """Whether q/k/v are kept flat, [batch, len, heads * d], in their projections' dots and
   where the remat policies save them: only when d is not a multiple of TPU's 128 lanes
-  and the attention core may be splash's kernel (attention_impl "splash", or "auto"
-  traced for TPU with no attention dropout; not while decoding).
+  and this attention will run splash's kernel, as `runs_splash` decides it for the
+  projections' shapes, the bias and the mask (not while decoding, nor for the
+  written-out attention).
 
   Why: what a policy saves is stacked over the scanned layers, and XLA gives that stack
   the layout of its consumer. Splash reads [.., len, d] tiles, so with d = 64 each saved
@@ -373,13 +383,15 @@ def splash_layout(cfg) -> bool:
   the kernel's tiles (HBM traffic), which the written-out attention (its stacks keep the
   length minor) and CPU never needed: there the projections stay as they were.
   """
-  if cfg.decode or cfg.d_head % splash_lib.LANES == 0:
+  if (cfg.decode or cfg.attention_impl == "reference"
+      or cfg.d_head % splash_lib.LANES == 0):
     return False
-  if cfg.attention_impl == "splash":
-    return True
+  inputs_kv = inputs_q if inputs_kv is None else inputs_kv
+  heads = (cfg.num_heads, cfg.d_head)
+  query = jax.ShapeDtypeStruct(inputs_q.shape[:2] + heads, cfg.compute_dtype)
+  value = jax.ShapeDtypeStruct(inputs_kv.shape[:2] + heads, cfg.compute_dtype)
   dropout = not cfg.deterministic and cfg.attention_dropout_rate > 0.0
-  return (cfg.attention_impl == "auto" and not dropout
-          and parallel.trace_platform() == "tpu")
+  return runs_splash(cfg.attention_impl, query, value, bias, mask, dropout)
 
 
 def _saveable(x: Array, name: str, flat: bool) -> Array:

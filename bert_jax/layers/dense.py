@@ -90,7 +90,7 @@ def flat(dot_general=None):
   such as dots_no_batch saves of them is that raw dot output, whose scanned stack took
   a layout with d minor, padded to 128 lanes: twice its bytes (bench/RESULTS.md "Remat
   policies that keep the attention projections"). A [batch, len, heads * d] dot has no
-  64-wide dimension to pad. Used where splash attention may run (attention.splash_layout).
+  64-wide dimension to pad. Used where splash attention runs (attention.splash_layout).
   """
   inner = lax.dot_general if dot_general is None else dot_general
 

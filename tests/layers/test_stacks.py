@@ -91,21 +91,42 @@ SAVED_BY_POLICY = {
 def splash_traced(monkeypatch):
   """The layout decision of a TPU trace with splash attention (attention.splash_layout),
   here on CPU: flat where d is not a multiple of 128 lanes."""
-  monkeypatch.setattr(A, "splash_layout", lambda cfg: cfg.d_head % 128 != 0)
+  monkeypatch.setattr(A, "splash_layout", lambda cfg, *operands: cfg.d_head % 128 != 0)
 
 
-def test_q_k_v_are_flat_only_where_splash_may_run(monkeypatch):
-  cfg = TINY.replace(attention_dropout_rate=0.1, deterministic=False)  # d = 4
-  assert not A.splash_layout(cfg) and not A.splash_layout(cfg.replace(deterministic=True))
+def test_q_k_v_are_flat_only_where_splash_runs(monkeypatch):
+  """splash_layout asks the question dot_product_attention asks (runs_splash) of the
+  shapes the projections will have: every reason splash falls back flattens nothing."""
+  cfg = TINY.replace(attention_dropout_rate=0.1, deterministic=False)  # d = 4, 4 heads
+  x = jnp.zeros((4, 6, 16))
+  segments = A.SegmentMask(kv_ids=jnp.ones((4, 6), jnp.int32))
+  flat = lambda c, *, kv=None, bias=None, mask=segments, rows=x: A.splash_layout(
+      c, rows, kv, bias, mask)
+  det = cfg.replace(deterministic=True)
+  assert not flat(det)  # CPU: "auto" is XLA's attention
   monkeypatch.setattr(A.parallel, "trace_platform", lambda: "tpu")
-  assert A.splash_layout(cfg.replace(deterministic=True))
-  assert A.splash_layout(cfg.replace(attention_dropout_rate=0.0))
-  assert not A.splash_layout(cfg)  # attention dropout: the written-out attention runs
-  assert not A.splash_layout(cfg.replace(attention_dropout_rate=0.0, decode=True))
-  assert not A.splash_layout(cfg.replace(deterministic=True, attention_impl="xla"))
-  assert not A.splash_layout(cfg.replace(deterministic=True, num_heads=2, head_dim=128))
+  # A TPU trace on 8 devices without a mesh would make the partitioner split the kernel.
+  assert not flat(det)
+  with jax.sharding.use_abstract_mesh(
+      jax.sharding.AbstractMesh((2, 1, 2), ("data", "fsdp", "tensor"))):
+    assert flat(det) and flat(cfg.replace(attention_dropout_rate=0.0))
+    assert flat(det, mask=None)
+    assert flat(det, kv=jnp.zeros((4, 9, 16)))  # cross-attention, other kv length
+    assert not flat(cfg)  # attention dropout: the written-out attention runs
+    assert not flat(cfg.replace(attention_dropout_rate=0.0, decode=True))
+    assert not flat(det.replace(attention_impl="xla"))
+    assert not flat(det.replace(attention_impl="reference"))
+    assert not flat(det.replace(num_heads=2, head_dim=128))  # d fills the lanes
+    assert not flat(det, bias=jnp.zeros((1, 4, 6, 6)))  # relative positions' bias
+    assert not flat(det, mask=A.padding_mask(jnp.ones((4, 6))))  # bools, not segment ids
+    assert not flat(det, rows=jnp.zeros((3, 6, 16)))  # 3 rows over 2 data devices
+  with jax.sharding.use_abstract_mesh(
+      jax.sharding.AbstractMesh((1, 1, 8), ("data", "fsdp", "tensor"))):
+    assert not flat(det)  # 4 heads over 8 tensor devices
   monkeypatch.setattr(A.parallel, "trace_platform", lambda: "cpu")
-  assert A.splash_layout(cfg.replace(attention_impl="splash"))
+  assert flat(det.replace(attention_impl="splash"))  # Pallas interpret mode
+  with pytest.raises(ValueError, match="no additive bias"):
+    flat(det.replace(attention_impl="splash"), bias=jnp.zeros((1, 4, 6, 6)))
 
 
 def test_cpu_keeps_the_projections_dots_as_they_were(capsys):
@@ -175,7 +196,7 @@ def test_named_remat_policies_keep_the_gradients(monkeypatch):
     return jax.jit(jax.value_and_grad(loss))(p)
 
   want = grads("none")
-  monkeypatch.setattr(A, "splash_layout", lambda cfg: True)
+  monkeypatch.setattr(A, "splash_layout", lambda cfg, *operands: True)
   for policy in ("none", "dots_no_batch", "qkv_proj", "kv_proj", "qkv_proj_offloaded"):
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5),
                            want, grads(policy))
