@@ -23,6 +23,8 @@ S128_REMAT, S512_REMAT = "dots_no_batch", "dots_no_batch"
 
 
 def get_config(arg=None):
+  if arg not in (None, "", "mlm_only"):
+    raise ValueError(f"unknown arg {arg!r}; expected mlm_only (or none)")
   c = bert_pretraining_config("bert/base", arg)
   with_phase_remat(c, S128_REMAT, S512_REMAT)
   return c

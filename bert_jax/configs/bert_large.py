@@ -24,7 +24,7 @@ S128_REMAT, S512_REMAT = "dots_no_batch", "full"
 
 def get_config(arg=None):
   if arg not in (None, "", "mlm_only", "s512"):
-    raise ValueError(f"unknown arg {arg!r}; expected mlm_only or s512")
+    raise ValueError(f"unknown arg {arg!r}; expected mlm_only or s512 (or none)")
   c = bert_pretraining_config("bert/large", "mlm_only" if arg == "mlm_only" else None)
   c.mesh_shape = (-1, 4, 1)
   if arg == "s512":

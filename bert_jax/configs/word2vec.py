@@ -20,7 +20,9 @@ from bert_jax.train.defaults import wandb_config
 
 
 def get_config(arg=None):
-  del arg
+  if arg:  # a `word2vec.py:x` is a typo, not a variant: there are none
+    raise ValueError(f"unknown arg {arg!r}; configs/word2vec.py takes none (numbers via "
+                     "--config.x=y)")
   c = ml_collections.ConfigDict()
   c.task = "word2vec"
   c.seed = 0

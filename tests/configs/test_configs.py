@@ -75,9 +75,13 @@ def test_gpt_small_is_the_gpt2_124m_recipe():
     load("gpt").get_config("huge")
 
 
-def test_unknown_finetune_args_are_errors():
-  for name in ("finetune_classification", "finetune_ner", "finetune_squad"):
-    with pytest.raises(ValueError, match="unknown arg"):
+def test_unknown_args_are_errors_in_every_config():
+  """`configs/X.py:typo` never trains the default silently (bert_base and word2vec did)."""
+  names = sorted(n[:-3] for n in os.listdir(os.path.join(ROOT, "configs"))
+                 if n.endswith(".py") and not n.startswith("_"))
+  assert {"bert_base", "bert_large", "bert_tiny", "word2vec"} <= set(names)
+  for name in names:
+    with pytest.raises(ValueError, match="unknown arg 'nope'"):
       load(name).get_config("nope")
 
 
