@@ -21,6 +21,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "qkv_proj", "kv_proj",
                   "dots_except_mlp", "qkv_proj_offloaded", "minimal_offloaded")  # stacks.py
 ATTENTION_IMPLS = ("auto", "splash", "xla", "cudnn", "reference")
+INITS = ("bert", "xavier")  # kernel_init / embed_init
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +77,24 @@ class TransformerConfig:
     _check_choice("activation", self.activation, ACTIVATIONS)
     _check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
     _check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+    _check_choice("init", self.init, INITS)
     if self.vocab_multiple < 1:
       raise ValueError(f"TransformerConfig.vocab_multiple={self.vocab_multiple}; expected a "
                        "positive integer (1: no padding).")
+    # A zero or negative size would build a model without those layers (num_layers=-1
+    # trained an embedding-only BERT with a negative MFU) or divide by zero later.
+    for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_len"):
+      _check_at_least(name, getattr(self, name), 1)
+    for name in ("num_decoder_layers", "type_vocab_size"):
+      _check_at_least(name, getattr(self, name), 0)
+    for name in ("head_dim", "mlp_dim"):
+      if getattr(self, name) is not None:
+        _check_at_least(name, getattr(self, name), 1)
+    for name in ("dtype", "param_dtype", "matmul_dtype"):
+      value = getattr(self, name)
+      if value is not None and not _is_float_dtype(value):
+        raise ValueError(f"TransformerConfig.{name}={value!r}; expected a float dtype name: "
+                         "float32, bfloat16 or float16.")
     if self.hidden_size % self.num_heads and self.head_dim is None:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads "
                        f"{self.num_heads}; set head_dim explicitly.")
@@ -154,6 +170,18 @@ class TransformerConfig:
 def _check_choice(name, value, choices):
   if value not in choices:
     raise ValueError(f"TransformerConfig.{name}={value!r}; expected one of {choices}.")
+
+
+def _check_at_least(name, value, low):
+  if value < low:
+    raise ValueError(f"TransformerConfig.{name}={value!r}; expected an integer >= {low}.")
+
+
+def _is_float_dtype(name) -> bool:
+  try:
+    return jnp.issubdtype(jnp.dtype(name), jnp.floating)
+  except TypeError:  # numpy: "data type 'bf16' not understood"
+    return False
 
 
 def layer_norm(config: TransformerConfig, name: str) -> nn.LayerNorm:

@@ -22,3 +22,32 @@ def test_flops_per_token_is_palm_6n_plus_12lhqt_over_three(kw):
   for seq_len in (8, 128):
     want = 6 * n + 12 * cfg.num_layers * cfg.num_heads * cfg.d_head * seq_len
     assert 3 * cfg.flops_per_token(seq_len) == want
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("num_layers", -1, "TransformerConfig.num_layers=-1; expected an integer >= 1."),
+    ("num_layers", 0, "TransformerConfig.num_layers=0; expected an integer >= 1."),
+    ("hidden_size", 0, "TransformerConfig.hidden_size=0; expected an integer >= 1."),
+    ("num_heads", 0, "TransformerConfig.num_heads=0; expected an integer >= 1."),
+    ("num_decoder_layers", -2,
+     "TransformerConfig.num_decoder_layers=-2; expected an integer >= 0."),
+    ("mlp_dim", 0, "TransformerConfig.mlp_dim=0; expected an integer >= 1."),
+    ("init", "xavir", "TransformerConfig.init='xavir'; expected one of ('bert', 'xavier')."),
+    ("dtype", "bf16", "TransformerConfig.dtype='bf16'; expected a float dtype name: float32, "
+                      "bfloat16 or float16."),
+    ("param_dtype", "int32", "TransformerConfig.param_dtype='int32'; expected a float dtype "
+                             "name: float32, bfloat16 or float16."),
+])
+def test_an_impossible_field_is_one_valueerror_naming_it(field, value, expected):
+  """What `--config.model.<field>=<value>` reaches: before, num_layers=-1 trained an
+  embedding-only model with a negative MFU, hidden_size=0 was a ZeroDivisionError, a
+  dtype typo numpy's TypeError and an init typo silently BERT's initializer."""
+  with pytest.raises(ValueError) as info:
+    TransformerConfig(**{field: value})
+  assert str(info.value) == expected
+
+
+def test_valid_fields_pass():
+  cfg = TransformerConfig(num_decoder_layers=0, type_vocab_size=0, init="xavier",
+                          dtype="bfloat16", matmul_dtype="bfloat16", param_dtype=jnp.float32)
+  assert cfg.compute_dtype == jnp.bfloat16 and cfg.params_dtype == jnp.float32
