@@ -106,7 +106,13 @@ class BertModel(nn.Module):
     x, hidden = self.encoder(x, mask, positions, output_hidden_states=output_hidden_states)
     out = {"sequence_output": x}
     if self.add_pooler:
-      out["pooled_output"] = jnp.tanh(self.pooler(x[:, 0]))   # [batch, hidden] from [CLS]
+      # [CLS] rows over the data axes, features whole, as MlmHead's rows. Unpinned, the
+      # pooler's fsdp-split kernel left them split by feature, and the NSP head and the
+      # backward of x[:, 0] moved them back by all-to-all (2 on BERT-large S512, 4 on
+      # bert_tiny's tensor and fsdp meshes; tests/test_aot.py).
+      rows = ("batch", "embed")
+      cls = parallel.constrain(x[:, 0], rows)                 # [batch, hidden]
+      out["pooled_output"] = parallel.constrain(jnp.tanh(self.pooler(cls)), rows)
     if output_hidden_states:
       out["hidden_states"] = hidden
     return out
