@@ -218,6 +218,38 @@ def read_meta(step_dir) -> dict:
   return json.loads((paths.resolve(step_dir) / "meta" / "metadata").read_text())
 
 
+def run_differences(saved: dict, this_run: dict) -> list[str]:
+  """What makes a checkpoint's run another model than this one, from the two meta dicts
+  (loop._meta: task, model_config, config): the task, each differing model field and the
+  optimizer (its state is another tree), as "name=saved (this run: value)"."""
+  def flat(meta):
+    out = {"task": meta.get("task")}
+    out.update({f"model.{k}": v for k, v in (meta.get("model_config") or {}).items()})
+    out["train.optimizer"] = ((meta.get("config") or {}).get("train") or {}).get("optimizer")
+    return json.loads(json.dumps(out))  # tuples -> lists, as the saved JSON has them
+  old, new = flat(saved), flat(this_run)
+  if old["task"] != new["task"]:  # other tasks: their model fields say nothing more
+    return [f"task={old['task']!r} (this run: {new['task']!r})"]
+  return [f"{k}={old.get(k)!r} (this run: {new.get(k)!r})"
+          for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def another_run_error(error: CheckpointMismatchError, step_dir, this_run: dict):
+  """A resume's shape mismatch as one line naming what differs between the checkpoint's
+  run and this one (`run_differences`), or `error` itself when the saved meta is
+  unreadable or names no difference (its array listing then says what differs)."""
+  try:
+    changed = run_differences(read_meta(step_dir), this_run)
+  except (OSError, ValueError):
+    changed = []
+  if not changed:
+    return error
+  return CheckpointMismatchError(
+      f"checkpoint {step_dir} was saved by another run: {', '.join(changed)}. A workdir "
+      "resumes its own run: use a new --workdir or the config it was saved with "
+      "(--config.init_from=DIR takes only the params of a BERT checkpoint).")
+
+
 def select_step(directory, steps: list[int], which: str, train: dict) -> int:
   """The step `which` names among `steps` (ascending, not empty) of `directory`.
 
@@ -339,6 +371,9 @@ def load_params_for_inference(path: str, with_params: bool = True, return_meta: 
   if step is None:
     raise FileNotFoundError(f"no bert_jax checkpoint found under {path}")
   meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+  if "model_config" not in meta:  # word2vec: its own trainer, no Transformer
+    raise ValueError(f"{path}/{step} is a {meta.get('task', 'non-Transformer')!r} checkpoint:"
+                     " it holds no Transformer model (no model_config in its meta).")
   model_config = TransformerConfig(**meta["model_config"])
   if not with_params:
     return ((model_config, None, meta.get("tokenizer_dir"), meta) if return_meta

@@ -53,3 +53,18 @@ def test_bad_paths(tmp_path):
   (tmp_path / "notes.txt").write_text("hi")
   with pytest.raises(ValueError, match=f"{tmp_path} is neither a Hugging Face BERT directory"):
     pretrained.load_encoder(str(tmp_path))
+
+
+def test_a_word2vec_workdir_is_one_valueerror_naming_its_task(tmp_path):
+  """init_from / embed / fill_mask on a word2vec workdir (its meta has no model_config):
+  was a KeyError traceback out of `--config.init_from`."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  ck = checkpoint.Checkpointer(str(tmp_path / "checkpoints"), async_save=False)
+  ck.save(3, {"params": {"target": np.zeros((4, 2), np.float32)}}, {"task": "word2vec"})
+  ck.close()
+  expected = (f"{tmp_path}/checkpoints/3 is a 'word2vec' checkpoint: it holds no Transformer "
+              "model (no model_config in its meta).")
+  for load in (pretrained.load_encoder, checkpoint.load_params_for_inference):
+    with pytest.raises(ValueError) as info:
+      load(str(tmp_path))
+    assert str(info.value) == expected

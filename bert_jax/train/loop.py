@@ -247,7 +247,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   phase = _phase_of(plan, latest or 0)
   train_iter = task.train_iterator(plan[phase][2], host_batch, pidx, nproc, config.seed)
   if latest is not None:
-    restored = ckpt.restore(abstract, data_iterator=train_iter)
+    try:
+      restored = ckpt.restore(abstract, data_iterator=train_iter)
+    except ckpt_lib.CheckpointMismatchError as e:  # another model's workdir: say what differs
+      raise ckpt_lib.another_run_error(e, ckpt.directory / str(latest),
+                                       _meta(config, task, phase)) from None
     state, meta, got = restored
     start_step = int(jax.device_get(state.step))
     if meta.get("phase", phase) != _phase_of(plan, start_step):

@@ -315,3 +315,33 @@ def test_a_log_window_across_a_phase_switch_counts_each_step_at_its_length(data_
         sum(lengths[step]) / n)
     flops = sum(8 * task.flops_per_example(t, preds[t]) for t in lengths[step]) / n
     assert row["perf/mfu"] == pytest.approx(flops / row["perf/step_time_s"] / (8 * PEAK))
+
+
+def test_resuming_another_models_workdir_names_what_differs(evaluated, tmp_path):
+  """A workdir rerun with another model size: one line naming the field (it was 40 lines
+  of the optimizer state's missing arrays, printed twice), nothing in the workdir lost."""
+  import copy  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  config, workdir, _ = evaluated
+  copied = str(tmp_path / "run")
+  shutil.copytree(workdir, copied)  # the module's run stays as it is for the other tests
+  before = sorted(os.listdir(os.path.join(copied, "checkpoints")))
+  other = copy.deepcopy(config)
+  other.model.num_layers = 2
+  with pytest.raises(ckpt_lib.CheckpointMismatchError) as info:
+    loop.train_and_evaluate(other, copied, registry.get_task(other))
+  step_dir = os.path.join(copied, "checkpoints", "6")
+  assert str(info.value) == (
+      f"checkpoint {step_dir} was saved by another run: model.num_layers=1 (this run: 2). "
+      "A workdir resumes its own run: use a new --workdir or the config it was saved with "
+      "(--config.init_from=DIR takes only the params of a BERT checkpoint).")
+  assert sorted(os.listdir(os.path.join(copied, "checkpoints"))) == before
+  # Another task's checkpoint (word2vec saves no model_config): its task is named.
+  assert ckpt_lib.run_differences({"task": "word2vec", "config": {}}, ckpt_lib.read_meta(
+      step_dir)) == ["task='word2vec' (this run: 'bert_pretraining')"]
+  saved = ckpt_lib.read_meta(step_dir)
+  lamb = copy.deepcopy(saved)
+  lamb["config"]["train"]["optimizer"] = "lamb"
+  assert ckpt_lib.run_differences(saved, lamb) == [
+      f"train.optimizer={saved['config']['train']['optimizer']!r} (this run: 'lamb')"]
+  assert ckpt_lib.run_differences(saved, saved) == []
