@@ -106,7 +106,7 @@ def main(argv):
     paths.check_config(config)  # init_from, data and predict paths
     run(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError, *full_disk) as e:
-    logging.error("%s", e)
+    # Printed once (an absl logging.error here showed every message twice on stderr).
     print(f"error: {e.strerror if isinstance(e, full_disk) else e}", file=sys.stderr)
     sys.exit(2)
 

@@ -120,3 +120,5 @@ def test_cli_negative_batch_size_exits_2_with_one_line(tmp_path):
   errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
   assert len(errors) == 1 and "train.batch_size=-1 must be a positive multiple" in errors[0], (
       proc.stderr[-2000:])
+  # Once: the message is not repeated as an absl log line above it.
+  assert proc.stderr.count("train.batch_size=-1 must be") == 1, proc.stderr[-2000:]
