@@ -55,10 +55,25 @@ def run_queries(wv: WordVectors, neighbors=(), analogies=(), topn: int = 10) -> 
   return out
 
 
+def _binary(flag_values) -> bool:
+  """The format load_word2vec_format read: --binary, else guessed from a .bin suffix."""
+  if flag_values.binary is None:
+    return flag_values.vectors.endswith(".bin")
+  return flag_values.binary
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  wv = load_word2vec_format(FLAGS.vectors, FLAGS.binary)
+  try:
+    wv = load_word2vec_format(FLAGS.vectors, FLAGS.binary)
+  except FileNotFoundError:
+    print(f"error: --vectors {FLAGS.vectors} does not exist", file=sys.stderr)
+    sys.exit(2)
+  except (ValueError, UnicodeDecodeError) as e:  # not a word2vec file, or cut short
+    print(f"error: --vectors {FLAGS.vectors} is not a readable word2vec "
+          f"{'binary' if _binary(FLAGS) else 'text'} file: {e}", file=sys.stderr)
+    sys.exit(2)
   print(f"{len(wv.words)} vectors of dimension {wv.vectors.shape[1]} from {FLAGS.vectors}")
   blocks = run_queries(wv, FLAGS.neighbors, FLAGS.analogy, FLAGS.topn)
   print("\n".join(blocks))

@@ -142,3 +142,24 @@ def test_query_cli(planted, tmp_path):
   assert lines[0] == f"{len(wv.words)} vectors of dimension 24 from {path}"
   assert "king - man + woman:" in lines
   assert lines[lines.index("king - man + woman:") + 1].split()[0] == top[0][0]
+
+
+def test_query_cli_unreadable_vectors_is_one_line_exit_2(planted, tmp_path):
+  """A missing or cut-short --vectors file: one 'error:' line naming it (was a traceback)."""
+  wv, _ = planted
+  path = str(tmp_path / "v.bin")
+  save_word2vec_format(path, wv.words, wv.vectors, binary=True)
+  cut = str(tmp_path / "cut.bin")
+  with open(path, "rb") as f, open(cut, "wb") as g:
+    g.write(f.read(200))  # the header and part of the first vectors
+  for vectors, expected in [
+      (str(tmp_path / "nope.bin"), f"error: --vectors {tmp_path}/nope.bin does not exist"),
+      (cut, f"error: --vectors {cut} is not a readable word2vec binary file: {cut}: "
+            "truncated"),
+  ]:
+    run = subprocess.run(
+        [sys.executable, "-m", "bert_jax.word2vec.query", "--vectors", vectors,
+         "--neighbors", "king"], capture_output=True, text=True, check=False,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert run.returncode == 2 and run.stdout == "", run.stderr
+    assert run.stderr.startswith(expected) and len(run.stderr.splitlines()) == 1, run.stderr
