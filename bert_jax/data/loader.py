@@ -15,6 +15,7 @@ The batch keys of a step (the shuffle and the eval shards) come from sampling.py
 """
 from __future__ import annotations
 
+import os
 import sys
 from typing import Optional
 
@@ -24,6 +25,7 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.proto import tf_example_pb2
 
 from bert_jax.data import masking
+from bert_jax.data.mirror import CorruptDataError
 from bert_jax.data import sampling
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data.prepared_data import PreparedData
@@ -76,10 +78,20 @@ class InstanceSource:
             int(f["is_random_next"].int64_list.value[0]))
 
   def __getitem__(self, index: int):
-    return self._parse(self._source[index])
+    return self.__getitems__([index])[0]
 
   def __getitems__(self, indices):
-    return [self._parse(r) for r in self._source.__getitems__(list(indices))]
+    try:
+      records = self._source.__getitems__(list(indices))
+    except RuntimeError as e:  # array_record: a chunk whose checksum fails (bad disk, copy)
+      instances_dir, split = self._args
+      root = os.path.dirname(os.path.dirname(instances_dir))  # <root>/<builder>/<version>
+      detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+      raise CorruptDataError(
+          f"prepared data is damaged: a {split} record of {instances_dir} cannot be read "
+          f"({detail}). Remove it and prepare again with the same command: rm -rf {root}"
+      ) from None
+    return [self._parse(r) for r in records]
 
 
 class BatchMaker:

@@ -53,13 +53,14 @@ class _Preemption:
 
 
 @contextlib.contextmanager
-def _saves_finish_on_full_disk(ckpt):
-  """A metrics.jsonl write that finds the disk full ends the run (MetricsWriteError, one
-  line from main): the checkpoint save under way finishes first, or fails as its own
-  one-line CheckpointSaveError, so what the message calls intact is."""
+def _saves_finish_first(ckpt):
+  """A metrics.jsonl write that finds the disk full (MetricsWriteError) or a damaged
+  record met mid-run (data.mirror.CorruptDataError, a ValueError) ends the run with one
+  line from main: the checkpoint save under way finishes first (or fails as its own
+  one-line CheckpointSaveError), so no finished step is lost with it."""
   try:
     yield
-  except MetricsWriteError:
+  except (MetricsWriteError, ValueError):
     ckpt.wait()
     raise
 
@@ -291,7 +292,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   loop_t0, loop_step0 = time.perf_counter(), start_step
   step = start_step
   step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
-  with _Preemption() as preempt, _saves_finish_on_full_disk(ckpt), mesh:
+  with _Preemption() as preempt, _saves_finish_first(ckpt), mesh:
     while step < total_steps:
       if _phase_of(plan, step) != phase:
         phase = _phase_of(plan, step)

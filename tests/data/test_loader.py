@@ -276,3 +276,31 @@ def test_the_pretraining_task_refuses_a_bad_masking_rate_before_preparing(tmp_pa
   config.data.masked_lm_prob = 0.0
   with pytest.raises(ValueError, match=r"data.masked_lm_prob=0.0 must be in \(0, 1\]"):
     PretrainingTask(config)
+
+
+def test_a_record_that_fails_its_checksum_is_named_with_the_fix(tiny, tmp_path):
+  """Damage inside a shard that its record count cannot see (the start-up check passes):
+  the read that meets it is one CorruptDataError naming the dataset and `rm -rf` of its
+  level, not grain's RuntimeError traceback in the middle of training."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import levels  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.mirror import CorruptDataError  # pylint: disable=g-import-not-at-top
+  _, prepared = tiny
+  level = os.path.dirname(os.path.dirname(prepared.instances_dir))  # nsp-<hash>
+  root = str(tmp_path / os.path.basename(level))
+  shutil.copytree(level, root)
+  instances_dir = os.path.join(root, os.path.relpath(prepared.instances_dir, level))
+  (shard,) = [f for f in os.listdir(instances_dir) if "-train.array_record" in f]
+  path = os.path.join(instances_dir, shard)
+  with open(path, "r+b") as f:  # inside the first chunk: not a block header (every 64 KiB)
+    f.seek(1000)  # nor the footer that counts the records
+    f.write(b"\xff" * 2000)
+  levels.check_shards(instances_dir, root)  # the count still matches
+  with pytest.raises(CorruptDataError) as info:
+    source = loader.InstanceSource(instances_dir, "train", check=False)
+    source.__getitems__(range(len(source)))
+  message = str(info.value)
+  assert message.startswith(f"prepared data is damaged: a train record of {instances_dir} "
+                            "cannot be read (") and "Corrupted" in message, message
+  assert message.endswith(f"). Remove it and prepare again with the same command: rm -rf {root}")
+  assert len(message.splitlines()) == 1
