@@ -204,6 +204,26 @@ def _best_fn(metric: str, mode: str):
   return lambda m: float(m.get(metric, worst))
 
 
+class _DropReadOnlyNote(logging.Filter):
+  """orbax logs 'Given directory is read only=<dir>' for every read-only manager: what a
+  user reads as a permission problem with their workdir (every CLI that loads one)."""
+
+  def filter(self, record):
+    return not str(record.msg).startswith("Given directory is read only")
+
+
+def _reader(directory, item_handlers: dict, **options) -> ocp.CheckpointManager:
+  """A read-only CheckpointManager of `directory` (creates nothing), without orbax's note."""
+  absl_logger, note = logging.getLogger("absl"), _DropReadOnlyNote()
+  absl_logger.addFilter(note)
+  try:
+    return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
+        read_only=True, create=False, save_interval_steps=0, **options),  # 0: orbax's
+                                 item_handlers=item_handlers)  # read-only value, no note
+  finally:
+    absl_logger.removeFilter(note)
+
+
 # ------------------------------------------------------------- choosing a step
 def checkpoint_steps(workdir: str):
   """(workdir/checkpoints as an epath, its saved steps ascending; [] when none)."""
@@ -268,9 +288,8 @@ def select_step(directory, steps: list[int], which: str, train: dict) -> int:
   metric, mode = train.get("best_metric") or "", train.get("best_mode", "max")
   if not metric:
     return steps[-1]
-  manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
-      read_only=True, create=False, best_fn=_best_fn(metric, mode), best_mode=mode),
-                                  item_handlers=_item_handlers())
+  manager = _reader(directory, _item_handlers(), best_fn=_best_fn(metric, mode),
+                    best_mode=mode)
   try:
     best = manager.best_step()
   finally:
@@ -364,9 +383,7 @@ def load_params_for_inference(path: str, with_params: bool = True, return_meta: 
   step = None
   if path.name.isdigit() and (path / "state").is_dir():
     step, path = int(path.name), path.parent
-  manager = ocp.CheckpointManager(path, options=ocp.CheckpointManagerOptions(
-                                      read_only=True, create=False, save_interval_steps=0),
-                                  item_handlers=_item_handlers(ocp.PyTreeCheckpointHandler()))
+  manager = _reader(path, _item_handlers(ocp.PyTreeCheckpointHandler()))
   step = manager.latest_step() if step is None else step
   if step is None:
     raise FileNotFoundError(f"no bert_jax checkpoint found under {path}")

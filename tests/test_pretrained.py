@@ -55,9 +55,10 @@ def test_bad_paths(tmp_path):
     pretrained.load_encoder(str(tmp_path))
 
 
-def test_a_word2vec_workdir_is_one_valueerror_naming_its_task(tmp_path):
+def test_a_word2vec_workdir_is_one_valueerror_naming_its_task(tmp_path, caplog):
   """init_from / embed / fill_mask on a word2vec workdir (its meta has no model_config):
-  was a KeyError traceback out of `--config.init_from`."""
+  was a KeyError traceback out of `--config.init_from`. Reading logs no orbax warning
+  'Given directory is read only=<workdir>' (every CLI printed it)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   ck = checkpoint.Checkpointer(str(tmp_path / "checkpoints"), async_save=False)
   ck.save(3, {"params": {"target": np.zeros((4, 2), np.float32)}}, {"task": "word2vec"})
@@ -65,6 +66,10 @@ def test_a_word2vec_workdir_is_one_valueerror_naming_its_task(tmp_path):
   expected = (f"{tmp_path}/checkpoints/3 is a 'word2vec' checkpoint: it holds no Transformer "
               "model (no model_config in its meta).")
   for load in (pretrained.load_encoder, checkpoint.load_params_for_inference):
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ValueError) as info, caplog.at_level("WARNING"):
       load(str(tmp_path))
     assert str(info.value) == expected
+  assert caplog.records == [], caplog.text
+  assert checkpoint.select_step(tmp_path / "checkpoints", [3], "best",
+                                {"best_metric": "accuracy"}) == 3
+  assert caplog.records == [], caplog.text
