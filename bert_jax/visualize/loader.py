@@ -48,14 +48,8 @@ def _hf_bert(path: str):
 def _ours(path: str):
   from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from bert_jax.interop import hf_layout  # pylint: disable=g-import-not-at-top
-  from absl import logging  # pylint: disable=g-import-not-at-top
-  verbosity = logging.get_verbosity()
-  logging.set_verbosity(logging.ERROR)  # orbax warns that a read-only manager is read-only
-  try:
-    config, params, tokenizer_dir, meta = checkpoint.load_params_for_inference(
-        path, return_meta=True)
-  finally:
-    logging.set_verbosity(verbosity)
+  config, params, tokenizer_dir, meta = checkpoint.load_params_for_inference(
+      path, return_meta=True)
   task = str(meta.get("task") or meta.get("config", {}).get("task") or "unknown")
   tree = hf_layout.unflatten(hf_layout.plain_flat(params))   # unboxed, BERT layers unrolled
   if "bert" in tree or "embeddings" in tree:
@@ -82,6 +76,8 @@ def load(path: str, what: str = "--checkpoint") -> Loaded:
   flag or argument the path came from)."""
   from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
+  from bert_jax import paths  # pylint: disable=g-import-not-at-top
+  from bert_jax.interop import gpt2  # pylint: disable=g-import-not-at-top
   if not os.path.exists(path):
     raise InputError(f"{what} {path} does not exist")
   if os.path.isfile(path) and os.path.basename(path) in ("config.json", "model.safetensors"):
@@ -107,5 +103,13 @@ def load(path: str, what: str = "--checkpoint") -> Loaded:
     raise InputError(f"cannot load {what} {path}: {detail}") from None
   if not tokenizer_dir:
     raise InputError(f"{what} {path} has no vocab.txt / tokenizer.json")
-  return Loaded(kind, config, params, load_tokenizer(tokenizer_dir), task, path)
+  try:
+    if kind != "bert" and not (paths.resolve(tokenizer_dir) / "vocab.txt").exists():
+      # GPT's byte-level BPE, translation's shared BPE: their tokenizer.json as saved
+      tokenizer = gpt2.load_gpt2_tokenizer(tokenizer_dir)
+    else:
+      tokenizer = load_tokenizer(tokenizer_dir)  # WordPiece: [CLS] / [SEP] / [MASK]
+  except (OSError, ValueError) as e:
+    raise InputError(f"{what} {path}: {e}") from None
+  return Loaded(kind, config, params, tokenizer, task, path)
 

@@ -1,5 +1,7 @@
 """Attention matrices and the `visualize attention` CLI against transformers' weights
 (tests/testdata/visualize/attention_ref.npz, eager attention, output_attentions=True)."""
+import os
+
 import flax.linen as nn
 import jax
 import matplotlib.image
@@ -169,3 +171,20 @@ def test_cli_reads_a_gpt_workdir(tmp_path, capsys, gpt):
   assert cli.main(["attention", "--checkpoint", workdir, "--text", "the cat",
                    "--text_b", "sat"]) == 2
   assert "not GPT" in capsys.readouterr().err
+
+
+def test_cli_reads_a_gpt_workdir_with_its_byte_level_bpe(tmp_path, capsys, gpt):
+  """What a GPT run saves: a byte-level BPE tokenizer (here GPT-2's files of tiny_gpt2),
+  not WordPiece: it was a ValueError traceback ('a BPE tokenizer, not WordPiece')."""
+  from tests.visualize.workdirs import save_workdir  # pylint: disable=g-import-not-at-top
+  config, params = gpt
+  bpe = os.path.join(os.path.dirname(TINY), "tiny_gpt2")        # vocab.json + merges.txt
+  workdir = save_workdir(str(tmp_path / "lm"), params, config, "lm", bpe)
+  assert cli.main(["attention", "--checkpoint", workdir, "--text", "xqzj", "--layer", "0",
+                   "--head", "1", "--output", str(tmp_path / "g.png")]) == 0
+  out = capsys.readouterr().out
+  rows, cols, matrix = attention.parse_table(out.split("\n", 1)[1].split("wrote")[0])
+  assert rows == cols == ["x", "q", "z", "j"]                   # ids 88 81 90 74 < 122
+  ids = np.asarray([[88, 81, 90, 74]], np.int32)
+  want = attention.gpt_weights(config, params, ids, np.ones_like(ids))[0, 0, 1]
+  np.testing.assert_allclose(matrix, want, atol=0.005 + 1e-6)
