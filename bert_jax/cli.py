@@ -84,6 +84,14 @@ def _unknown_key(e: BaseException, argv: Sequence[str]) -> None:
   sys.exit(2)
 
 
+def library_logs_at_warning() -> None:
+  """For an absl CLI: library INFO logs (orbax writes a dozen lines per save and one per
+  restore) only when the user asks with --verbosity; our progress goes to stdout."""
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+
+
 def parse_args(parser: argparse.ArgumentParser,
                argv: Optional[Sequence[str]]) -> Union[argparse.Namespace, int]:
   """The parsed flags (argv None: sys.argv[1:]), or the exit status argparse asked for

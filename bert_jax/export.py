@@ -23,10 +23,10 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 import ml_collections
 
-from bert_jax import checkpoint, paths
+from bert_jax import checkpoint, cli, paths
 
 FLAGS = flags.FLAGS
 
@@ -180,8 +180,7 @@ def main(argv):
   if len(argv) > 1:
     print(f"export: unexpected arguments {argv[1:]}", file=sys.stderr)
     sys.exit(2)
-  if not FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
+  cli.library_logs_at_warning()
   for name in ("workdir", "output"):
     if not FLAGS[name].value:
       print(f"export: --{name} is required.", file=sys.stderr)

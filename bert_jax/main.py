@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
-from bert_jax.cli import parse_flags  # the shared --config CLI parser (also bert_jax.aot)
+from bert_jax.cli import library_logs_at_warning, parse_flags  # the shared --config CLI parser (also bert_jax.aot)
 
 FLAGS = flags.FLAGS
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (get_config(arg)).",
@@ -89,10 +89,7 @@ def run(config, workdir: str):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if not FLAGS["verbosity"].present:
-    # Progress goes to stdout; library INFO logs (orbax writes a dozen lines per save)
-    # only with --verbosity=0.
-    logging.set_verbosity(logging.WARNING)
+  library_logs_at_warning()
   set_compilation_cache(FLAGS.compilation_cache)
   _maybe_initialize_distributed()
   config = _CONFIG.value

@@ -21,6 +21,8 @@ import jax
 import ml_collections
 import numpy as np
 
+from bert_jax import cli
+
 FLAGS = flags.FLAGS
 
 
@@ -116,6 +118,7 @@ def _write(path: str, texts: list[str]) -> None:
 
 def main(argv):
   del argv
+  cli.library_logs_at_warning()
   if not FLAGS.workdir:
     print("translate: --workdir is required.", file=sys.stderr)
     sys.exit(2)
