@@ -62,10 +62,11 @@ def _load_module(config_path: str):
 
 
 def load_sweep(config_path: str) -> list[dict]:
-  path = config_path.split(":", 1)[0]
+  path, _, arg = config_path.partition(":")
   module = _load_module(config_path)
   if not hasattr(module, "get_sweep"):
     raise ValueError(f"{path} defines no get_sweep(hyper)")
+  module.get_config(arg or None)  # an unknown `file.py:arg` fails here, not in every run
   return module.get_sweep(hyper)
 
 

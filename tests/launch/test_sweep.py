@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
@@ -46,6 +48,14 @@ def test_missing_config_is_a_clear_error():
                         "--workdir_root", "/tmp/sw", "--dry_run"], cwd=ROOT,
                        capture_output=True, text=True)
   assert res.returncode == 2 and "configs/nope.py does not exist" in res.stderr
+
+
+def test_an_unknown_config_arg_fails_before_any_run():
+  """`configs/bert_base.py:nope` printed (and would start) 6 runs that each failed."""
+  sw = _sweep_module()
+  with pytest.raises(ValueError, match="unknown arg 'nope'"):
+    sw.load_sweep(os.path.join(ROOT, "configs", "bert_base.py:nope"))
+  assert len(sw.load_sweep(os.path.join(ROOT, "configs", "bert_base.py:mlm_only"))) == 6
 
 
 def test_aot_table_lists_points_and_the_largest_fitting_batch_per_strategy():
