@@ -100,3 +100,8 @@ def check_config(config) -> None:
       value = value.get(part) if hasattr(value, "get") else None
     if isinstance(value, str):
       check_filesystem(value, f"config.{key}")
+  init_from = config.get("init_from")
+  if init_from and not is_remote(init_from) and not os.path.exists(init_from):
+    # Named now, not as a bare "Checkpoint path ... does not exist" after data preparation.
+    raise FileNotFoundError(f"config.init_from {init_from} does not exist (give one of our "
+                            "workdirs or a Hugging Face BERT directory).")

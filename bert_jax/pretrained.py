@@ -21,6 +21,10 @@ from bert_jax.interop import hf_load
 from bert_jax.layers.stacks import scan_to_unrolled
 
 
+# Tasks whose checkpoints hold another model family than BERT's encoder.
+_NOT_BERT = {"lm": "a GPT", "translation": "an encoder-decoder Transformer"}
+
+
 def load_encoder(path: str, *, with_params: bool = True):
   """(config, BertModel params or None, tokenizers.Tokenizer or None) of `path`.
 
@@ -38,8 +42,12 @@ def load_encoder(path: str, *, with_params: bool = True):
                                     drop_missing_heads=True, source=path)
     tokenizer_dir = path if has_tokenizer(path) else None
   else:
-    config, params, tokenizer_dir = checkpoint.load_params_for_inference(
-        path, with_params=with_params)
+    config, params, tokenizer_dir, meta = checkpoint.load_params_for_inference(
+        path, with_params=with_params, return_meta=True)
+    if meta.get("task") in _NOT_BERT:  # before its (BPE) tokenizer fails as "not WordPiece"
+      raise ValueError(f"{path} holds {_NOT_BERT[meta['task']]} (task {meta['task']}), not "
+                       "a BERT encoder: give a BERT pretraining or fine-tuning workdir, or a "
+                       "Hugging Face BERT directory.")
     config = config.replace(deterministic=True, scan_layers=False)
     if with_params:
       params = _encoder_of(params, path)

@@ -23,9 +23,10 @@ def test_load_encoder_our_checkpoint(tmp_path, monkeypatch):
   (tmp_path / "checkpoints").mkdir()
   calls = []
 
-  def fake(path, with_params=True):
+  def fake(path, with_params=True, return_meta=False):
     calls.append((path, with_params))
-    return cfg, params if with_params else None, TINY
+    out = cfg, params if with_params else None, TINY
+    return out + ({"task": "bert_pretraining"},) if return_meta else out
 
   monkeypatch.setattr(checkpoint, "load_params_for_inference", fake)
   got_cfg, got_params, tok = pretrained.load_encoder(str(tmp_path))
@@ -73,3 +74,24 @@ def test_a_word2vec_workdir_is_one_valueerror_naming_its_task(tmp_path, caplog):
   assert checkpoint.select_step(tmp_path / "checkpoints", [3], "best",
                                 {"best_metric": "accuracy"}) == 3
   assert caplog.records == [], caplog.text
+
+
+def test_a_gpt_or_translation_workdir_is_named_as_such(tmp_path):
+  """init_from / embed of a GPT workdir failed on its tokenizer ('a BPE tokenizer, not
+  WordPiece'), which does not say that the checkpoint is the wrong model family."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
+  config = dataclasses.asdict(TransformerConfig(vocab_size=8, hidden_size=4, num_layers=1,
+                                                num_heads=1))
+  for task, family in (("lm", "a GPT"), ("translation", "an encoder-decoder Transformer")):
+    ck = checkpoint.Checkpointer(str(tmp_path / task / "checkpoints"), async_save=False)
+    ck.save(1, {"params": {"decoder": np.zeros((2,), np.float32)}},
+            {"task": task, "model_config": config, "tokenizer_dir": None})
+    ck.close()
+    for with_params in (False, True):
+      with pytest.raises(ValueError) as info:
+        pretrained.load_encoder(str(tmp_path / task), with_params=with_params)
+      assert str(info.value) == (
+          f"{tmp_path / task} holds {family} (task {task}), not a BERT encoder: give a BERT "
+          "pretraining or fine-tuning workdir, or a Hugging Face BERT directory.")

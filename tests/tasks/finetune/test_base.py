@@ -51,10 +51,10 @@ def _count_param_reads(monkeypatch) -> list:
       reads.append(path)
     return load_encoder(path, with_params=with_params)
 
-  def counted_ckpt(path, with_params=True):
+  def counted_ckpt(path, with_params=True, return_meta=False):
     if with_params:
       reads.append(path)
-    return load_ckpt(path, with_params=with_params)
+    return load_ckpt(path, with_params=with_params, return_meta=return_meta)
 
   monkeypatch.setattr(pretrained, "load_encoder", counted_encoder)
   monkeypatch.setattr(checkpoint, "load_params_for_inference", counted_ckpt)
