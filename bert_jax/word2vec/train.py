@@ -123,6 +123,24 @@ class _EpochCheckpoints:
     self.ckpt.close()
 
 
+# Settings that count something: below 1 there is nothing to train (embed_dim=0 was a
+# ZeroDivisionError traceback out of the initializer).
+_COUNTS = ("model.embed_dim", "data.min_count", "data.window", "train.epochs",
+           "train.negatives", "train.chunks_per_step")
+
+
+def check_counts(config: ml_collections.ConfigDict) -> None:
+  """One ValueError naming the first count setting below 1, or the learning rate <= 0."""
+  for key in _COUNTS:
+    section, name = key.split(".")
+    value = config[section][name]
+    if not isinstance(value, int) or value < 1:
+      raise ValueError(f"word2vec: {key}={value!r} must be an integer >= 1.")
+  if not config.train.alpha > 0 or not config.train.min_alpha >= 0:
+    raise ValueError(f"word2vec: train.alpha={config.train.alpha!r} must be > 0 and "
+                     f"train.min_alpha={config.train.min_alpha!r} >= 0.")
+
+
 def _config_changes(saved: dict, now: dict, prefix: str = "") -> list[str]:
   """`key old -> new` for the leaves that differ (JSON-normalized, tuples as lists)."""
   saved, now = json.loads(json.dumps(saved)), json.loads(json.dumps(now))
@@ -183,6 +201,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   # Settings checked before the corpus is read (seconds on a real corpus).
   w2v_schedule.check_lr_decay(t.lr_decay)
   w2v_model.check_init_scale(config.model.init_scale)
+  check_counts(config)
   if jax.process_count() > 1:
     raise NotImplementedError("word2vec trains in one process (any number of local devices); "
                               "its host pipeline does not shard the corpus over processes.")

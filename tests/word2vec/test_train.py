@@ -41,6 +41,25 @@ def test_config_locks_and_names_the_run_command():
   assert "python -m bert_jax.main --config configs/word2vec.py" in CONFIG.read_text()
 
 
+@pytest.mark.parametrize("key, value, expected", [
+    ("model.embed_dim", 0, "word2vec: model.embed_dim=0 must be an integer >= 1."),
+    ("data.window", -2, "word2vec: data.window=-2 must be an integer >= 1."),
+    ("train.negatives", 0, "word2vec: train.negatives=0 must be an integer >= 1."),
+    ("train.alpha", 0.0, "word2vec: train.alpha=0.0 must be > 0 and train.min_alpha=0.0001 >= 0."),
+])
+def test_a_count_below_one_is_one_error_before_the_corpus_is_read(
+    key, value, expected, tmp_path, monkeypatch):
+  """--config.model.embed_dim=0 was a ZeroDivisionError traceback after the corpus."""
+  monkeypatch.setattr(task.w2v_data, "load_corpus", lambda *a: pytest.fail("corpus read"))
+  config = get_config()
+  config.train.single_thread_xla_cpu = False
+  section, name = key.split(".")
+  config[section][name] = value
+  with pytest.raises(ValueError) as info:
+    task.train_and_evaluate(config, str(tmp_path))
+  assert str(info.value) == expected
+
+
 def np_sigmoid(x):
   return 1.0 / (1.0 + np.exp(-x))
 
