@@ -210,6 +210,24 @@ def _step_counts(tc, task) -> tuple[int, int, int]:
           int(tc.checkpoint_every or per_epoch))
 
 
+def check_counts(tc) -> None:
+  """One ValueError naming a train setting the loop cannot run with, before any data is
+  prepared: log/checkpoint intervals or grad_accum_steps of 0 were ZeroDivisionError
+  tracebacks, num_steps <= 0 a run that trained nothing and said nothing, a negative
+  learning rate gradient ascent. With num_epochs > 0 (fine-tuning) num_steps is unused
+  and checkpoint_every / eval_every 0 mean once per epoch."""
+  epochs = tc.get("num_epochs", 0) or 0
+  least = {"num_epochs": 0, "log_every": 1, "grad_accum_steps": 1, "eval_every": 0,
+           "eval_steps": 0, **({"checkpoint_every": 0} if epochs else
+                               {"num_steps": 1, "checkpoint_every": 1})}
+  for key, low in least.items():
+    value = tc.get(key, low)
+    if not isinstance(value, (int, float)) or value < low:
+      raise ValueError(f"train.{key}={value!r}; expected a number >= {low}.")
+  if not tc.learning_rate > 0:
+    raise ValueError(f"train.learning_rate={tc.learning_rate!r}; expected a number > 0.")
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) -> dict:
   """Trains `task` (a tasks/base.py Task built from `config`) in `workdir`, resuming from
   its checkpoints. Returns the final metrics under their logged names (`train/loss`,
@@ -223,6 +241,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     raise ValueError(f"train.batch_size={tc.batch_size} must be a positive multiple of the "
                      f"{parallel.data_parallel_size(mesh)} data-parallel devices and the "
                      f"{nproc} processes.")
+  check_counts(tc)
   host_batch = tc.batch_size // nproc
   wandb_run.check_available(config)
   writer = MetricWriter(workdir, wandb_run=wandb_run.start(config, workdir))

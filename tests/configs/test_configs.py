@@ -90,3 +90,31 @@ def test_polarity_config_builds_its_task_offline():
   task = registry.get_task(config)  # the packaged all-MiniLM-L6-v2: no network
   assert task.model_config.hidden_size == 384 and task.model_config.num_layers == 6
   assert task.label_list == ("neg", "pos") and task.seq_len == 64
+
+
+@pytest.mark.parametrize("name,arg", [c for c in CASES if c[0] != "word2vec"])
+def test_every_configs_train_counts_pass_the_loops_check(name, arg):
+  from bert_jax.train import loop  # pylint: disable=g-import-not-at-top
+  loop.check_counts(load(name).get_config(arg).train)
+
+
+@pytest.mark.parametrize("name, key, value, expected", [
+    ("bert_tiny", "num_steps", 0, "train.num_steps=0; expected a number >= 1."),
+    ("bert_tiny", "checkpoint_every", 0, "train.checkpoint_every=0; expected a number >= 1."),
+    ("bert_tiny", "log_every", 0, "train.log_every=0; expected a number >= 1."),
+    ("bert_tiny", "grad_accum_steps", 0, "train.grad_accum_steps=0; expected a number >= 1."),
+    ("bert_tiny", "eval_every", -1, "train.eval_every=-1; expected a number >= 0."),
+    ("bert_tiny", "learning_rate", -1.0, "train.learning_rate=-1.0; expected a number > 0."),
+    ("finetune_ner", "num_epochs", -1.0, "train.num_epochs=-1.0; expected a number >= 0."),
+    ("finetune_ner", "checkpoint_every", -1,
+     "train.checkpoint_every=-1; expected a number >= 0."),
+])
+def test_a_train_count_the_loop_cannot_run_is_one_error(name, key, value, expected):
+  """What `--config.train.<key>=<value>` reaches: zero intervals were ZeroDivisionError
+  tracebacks, num_steps=0 trained nothing silently, a negative rate climbed the loss."""
+  from bert_jax.train import loop  # pylint: disable=g-import-not-at-top
+  train = load(name).get_config(None).train
+  train[key] = value
+  with pytest.raises(ValueError) as info:
+    loop.check_counts(train)
+  assert str(info.value) == expected
