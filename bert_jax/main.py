@@ -99,7 +99,7 @@ def main(argv):
   from bert_jax.train.writer import MetricsWriteError  # pylint: disable=g-import-not-at-top
   full_disk = (CheckpointSaveError, MetricsWriteError)
   try:
-    paths.check_filesystem(FLAGS.workdir, "--workdir")
+    paths.check_workdir(FLAGS.workdir)
     paths.check_config(config)  # init_from, data and predict paths
     run(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError, *full_disk) as e:

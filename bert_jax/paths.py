@@ -47,6 +47,15 @@ def check_filesystem(path, what: str = "path") -> None:
                      f"(pip install {package}); nothing was written.")
 
 
+def check_workdir(path) -> None:
+  """check_filesystem, and a ValueError (one line) for a local --workdir that is a file:
+  it was a FileExistsError traceback out of the first mkdir."""
+  check_filesystem(path, "--workdir")
+  if path and not is_remote(path) and os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"--workdir {path} is a file, not a directory: give a new or an "
+                     "existing run directory.")
+
+
 def write_atomically(path, data) -> None:
   """Writes `data` (str or bytes) so that a reader sees the old file or the new one, never
   a part: locally through `<path>.tmp` renamed over it; on an object store in one upload,

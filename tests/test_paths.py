@@ -16,3 +16,16 @@ def test_a_missing_init_from_is_named_at_start_up(tmp_path):
   paths.check_config(config)
   config.init_from = ""  # from scratch
   paths.check_config(config)
+
+
+def test_a_workdir_that_is_a_file_is_one_error(tmp_path):
+  """Was a FileExistsError traceback from the run's first mkdir; the file is left alone."""
+  notes = tmp_path / "notes.txt"
+  notes.write_text("mine")
+  with pytest.raises(ValueError) as info:
+    paths.check_workdir(str(notes))
+  assert str(info.value) == (f"--workdir {notes} is a file, not a directory: give a new or "
+                             "an existing run directory.")
+  assert notes.read_text() == "mine"
+  paths.check_workdir(str(tmp_path))            # an existing run directory
+  paths.check_workdir(str(tmp_path / "new"))    # created by the run
