@@ -84,6 +84,20 @@ def _unknown_key(e: BaseException, argv: Sequence[str]) -> None:
   sys.exit(2)
 
 
+def overwritten_input(output: Optional[str], inputs, flag: str = "--output") -> Optional[str]:
+  """The message when `output` (the value of `flag`) names one of `inputs` ((what, path)
+  pairs: the files the
+  command reads), which writing it would destroy (translate --output = --input replaced
+  the source text, visualize curves --output a workdir's metrics.jsonl); None otherwise."""
+  if not output or output == "-" or not os.path.isfile(output):
+    return None
+  for what, path in inputs:
+    if path and path != "-" and os.path.isfile(path) and os.path.samefile(output, path):
+      return (f"{flag} {output} is the {what} {path}: writing it would destroy what the "
+              "command reads; give another file")
+  return None
+
+
 def library_logs_at_warning() -> None:
   """For an absl CLI: library INFO logs (orbax writes a dozen lines per save and one per
   restore) only when the user asks with --verbosity; our progress goes to stdout."""

@@ -286,6 +286,9 @@ def _check_flags(args, config: TransformerConfig) -> int:
   """Validates flags against the model; returns the effective max_length."""
   if paths.resolve(args.output).is_dir():
     raise InputError(f"--output {args.output} is a directory; give a file path")
+  clash = cli.overwritten_input(args.output, [("--input", args.input)])
+  if clash:
+    raise InputError(clash)
   if args.batch_size < 1:
     raise InputError(f"--batch_size must be >= 1, got {args.batch_size}")
   max_length = args.max_length or min(config.max_len, 512)

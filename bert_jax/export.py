@@ -93,6 +93,9 @@ def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:
   if not paths.resolve(workdir).exists():
     raise ExportError(f"workdir {workdir} does not exist.")
   out = paths.resolve(output)  # local or gs://: the interop writers go through epath
+  if out.exists() and not out.is_dir():
+    raise ExportError(f"--output {output} is a file: give a directory (new, empty, or an "
+                      "earlier export).")
   if out.is_dir() and any(out.iterdir()) and not (out / "config.json").exists():
     raise ExportError(f"--output {output} is a non-empty directory that holds no earlier "
                       "export (no config.json): choose a new or empty directory.")

@@ -110,6 +110,7 @@ def _write(path: str, texts: list[str]) -> None:
     sys.stdout.write(body)
     sys.stdout.flush()
     return
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   tmp = path + ".tmp"
   with open(tmp, "w", encoding="utf-8") as f:
     f.write(body)
@@ -127,6 +128,11 @@ def main(argv):
     sys.exit(2)
   if FLAGS.reference and not os.path.isfile(FLAGS.reference):
     print(f"translate: --reference {FLAGS.reference} does not exist.", file=sys.stderr)
+    sys.exit(2)
+  clash = cli.overwritten_input(FLAGS.output, [("--input", FLAGS.input),
+                                               ("--reference", FLAGS.reference)])
+  if clash:
+    print(f"translate: {clash}.", file=sys.stderr)
     sys.exit(2)
   try:
     task, params, step_dir = load(FLAGS.workdir, FLAGS.checkpoint, FLAGS.matmul_dtype)

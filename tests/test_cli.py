@@ -70,3 +70,17 @@ def test_a_misspelled_override_still_names_the_key(capsys):
   assert capsys.readouterr().err == (
       "error: unknown config key among ['--config.model.num_layer=2']: 'num_layer'; did you "
       "mean \"num_layers\" instead of \"num_layer\"?\n")
+
+
+def test_overwritten_input_names_an_output_that_is_an_input(tmp_path):
+  src = tmp_path / "src.de"
+  src.write_text("eins\n")
+  link = tmp_path / "link.de"
+  link.symlink_to(src)
+  inputs = [("--input", str(src)), ("--reference", None)]
+  assert cli.overwritten_input(str(link), inputs) == (
+      f"--output {link} is the --input {src}: writing it would destroy what the command "
+      "reads; give another file")
+  assert cli.overwritten_input(str(src), inputs, "--html").startswith(f"--html {src} is the")
+  for fine in (str(tmp_path / "out.txt"), "-", None, str(tmp_path)):
+    assert cli.overwritten_input(fine, inputs) is None

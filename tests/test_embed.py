@@ -112,6 +112,8 @@ def test_layers_empty_lines_and_order_on_tiny_model(tmp_path, capsys):
     ("bad_layers", "--layers [5] out of range: this model has 2 layers"),
     ("long_max_length", "--max_length must be in [2, 64]"),
     ("output_is_dir", "--output {tmp}/outdir is a directory"),
+    ("output_is_input", "--output {tmp}/in.txt is the --input {tmp}/in.txt: writing it would "
+                        "destroy what the command reads"),
 ])
 def test_bad_input_is_a_clear_message_and_status_2(tmp_path, capsys, case, needle):
   text = _write_lines(tmp_path / "in.txt", ["hello", "world"])
@@ -140,11 +142,15 @@ def test_bad_input_is_a_clear_message_and_status_2(tmp_path, capsys, case, needl
   if case == "output_is_dir":
     out = tmp_path / "outdir"
     out.mkdir()
+  elif case == "output_is_input":  # was overwritten by the .npy
+    out = tmp_path / "in.txt"
   status = embed.main(["--checkpoint", ckpt, "--input", text, "--output", str(out), *flags])
   err = capsys.readouterr().err
   assert status == 2
   assert needle.format(tmp=tmp_path) in err and "Traceback" not in err
   assert not (tmp_path / "out.npy").exists()
+  if case == "output_is_input":
+    assert (tmp_path / "in.txt").read_text(encoding="utf-8") == "hello\nworld\n"
 
 
 def test_bad_flags_exit_2_via_argparse(capsys):

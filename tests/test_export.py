@@ -114,6 +114,11 @@ def test_best_latest_and_a_step(tmp_path):
   with pytest.raises(export.ExportError, match="holds no earlier export"):
     export.export(workdir, str(notes), "best")
   assert os.listdir(notes) == ["keep.txt"]
+  with pytest.raises(export.ExportError) as info:  # was a FileExistsError traceback
+    export.export(workdir, str(notes / "keep.txt"), "best")
+  assert str(info.value) == (f"--output {notes}/keep.txt is a file: give a directory (new, "
+                             "empty, or an earlier export).")
+  assert (notes / "keep.txt").read_text() == "mine"
 
 
 def test_unexportable_runs_are_one_clear_error(tmp_path):

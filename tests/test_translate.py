@@ -74,3 +74,10 @@ def test_cli_reads_stdin_and_writes_stdout_line_for_line(numbers_workdir):  # no
   lines = got.stdout.decode("utf-8").split("\n")
   assert len(lines) == 4 and lines[1] == "" and lines[3] == ""  # 3 lines + final newline
   assert b"empty_line" in got.stderr
+
+
+def test_write_creates_the_output_directory(tmp_path):
+  """--output into a directory not made yet: was a FileNotFoundError traceback."""
+  out = tmp_path / "new" / "dir" / "test.hyp"
+  translate._write(str(out), ["one", "two"])
+  assert out.read_text(encoding="utf-8") == "one\ntwo\n"

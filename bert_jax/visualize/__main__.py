@@ -18,6 +18,7 @@ Bad input prints one line `visualize: error: ...` and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -97,6 +98,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return args
   # pylint: disable=g-import-not-at-top
   from bert_jax.visualize import loader
+  inputs = [("--vectors", getattr(args, "vectors", None))] + [
+      ("metrics of --workdir", os.path.join(w, "metrics.jsonl"))
+      for w in getattr(args, "workdir", None) or ()]
+  for flag in ("output", "html", "save_matrix"):
+    clash = cli.overwritten_input(getattr(args, flag, None), inputs, f"--{flag}")
+    if clash:
+      print(f"visualize: error: {clash}", file=sys.stderr)
+      return 2
   try:
     if args.command == "attention":
       from bert_jax.visualize import attention_picture

@@ -1,5 +1,6 @@
 """`visualize curves` and `visualize words`."""
 import json
+import os
 
 import matplotlib.image
 import numpy as np
@@ -33,6 +34,15 @@ def test_curves_several_runs_train_and_eval(tmp_path, capsys):
   assert cli.main(["curves", "--workdir", a, "--metrics", "nsp_accuracy"]) == 2
   assert ("no run logged it (logged: eval/loss, train/loss, train/mlm_accuracy)"
           in capsys.readouterr().err)
+  # --output naming the run's own metrics.jsonl: refused, the metrics left as they were
+  # (it was overwritten by the PNG).
+  metrics = os.path.join(a, "metrics.jsonl")
+  before = open(metrics, encoding="utf-8").read()
+  assert cli.main(["curves", "--workdir", a, "--metrics", "loss", "--output", metrics]) == 2
+  assert capsys.readouterr().err == (
+      f"visualize: error: --output {metrics} is the metrics of --workdir {metrics}: writing "
+      "it would destroy what the command reads; give another file\n")
+  assert open(metrics, encoding="utf-8").read() == before
 
 
 def test_pca_matches_covariance_eigenvectors():
