@@ -129,7 +129,7 @@ def load_run(workdir: str):
   from bert_jax.tasks.pretraining import PretrainingTask  # pylint: disable=g-import-not-at-top
   try:
     _, params, _, meta = checkpoint.load_params_for_inference(workdir, return_meta=True)
-  except FileNotFoundError as e:
+  except (FileNotFoundError, ValueError) as e:  # ValueError: a word2vec workdir
     raise InputError(str(e)) from e
   if meta.get("task") != "bert_pretraining":
     raise InputError(f"{workdir} is a {meta.get('task')} run; the report needs a "

@@ -69,6 +69,16 @@ def test_bad_workdir_one_line(tmp_path, capsys):
   assert demo_report.main(["--workdir", str(tmp_path / "none"), "--text", "a [MASK]"]) == 2
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("demo_report: error: ")
+  # A word2vec workdir (no Transformer in its checkpoint): one line, was a traceback.
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  ck = checkpoint.Checkpointer(str(tmp_path / "w2v" / "checkpoints"), async_save=False)
+  ck.save(2, {"params": {"target": np.zeros((3, 2), np.float32)}}, {"task": "word2vec"})
+  ck.close()
+  assert demo_report.main(["--workdir", str(tmp_path / "w2v")]) == 2
+  assert capsys.readouterr().err == (
+      f"demo_report: error: {tmp_path}/w2v/checkpoints/2 is a 'word2vec' checkpoint: it "
+      "holds no Transformer model (no model_config in its meta).\n")
 
 
 def test_report_of_a_tiny_run(tmp_path, capsys):
