@@ -300,6 +300,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   log(f"task {task.name} | model {n_params / 1e6:.2f}M params | mesh "
       f"{dict(mesh.shape)} | {jax.device_count()} devices, {nproc} processes | "
       f"steps {start_step}->{total_steps}")
+  if start_step >= total_steps:  # a finished run again, or its num_steps lowered below it
+    log(f"nothing to train: {ckpt.directory} is at step {start_step} and this run ends at "
+        f"step {total_steps} (train.num_steps / num_epochs): raise it to train further, or "
+        "use a new --workdir.")
   log(peak.describe())
   writer.write_text("config", "```\n" + config.to_json_best_effort(indent=1) + "\n```")
   writer.write_text("perf/mfu_peak", peak.describe())

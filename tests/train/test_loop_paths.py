@@ -345,3 +345,23 @@ def test_resuming_another_models_workdir_names_what_differs(evaluated, tmp_path)
   assert ckpt_lib.run_differences(saved, lamb) == [
       f"train.optimizer={saved['config']['train']['optimizer']!r} (this run: 'lamb')"]
   assert ckpt_lib.run_differences(saved, saved) == []
+
+
+def test_rerunning_a_finished_run_says_there_is_nothing_to_train(evaluated, tmp_path, capsys):
+  """A finished workdir rerun (or with num_steps below its step) printed 'steps 6->6' and
+  exited 0 saying nothing; it trains nothing and keeps every checkpoint."""
+  import copy  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  config, workdir, _ = evaluated
+  copied = str(tmp_path / "run")
+  shutil.copytree(workdir, copied)
+  before = sorted(os.listdir(os.path.join(copied, "checkpoints")))
+  fewer = copy.deepcopy(config)
+  fewer.train.num_steps = 4
+  capsys.readouterr()
+  result = loop.train_and_evaluate(fewer, copied, registry.get_task(fewer))
+  assert result["step"] == 6
+  assert (f"nothing to train: {copied}/checkpoints is at step 6 and this run ends at step 4 "
+          "(train.num_steps / num_epochs): raise it to train further, or use a new "
+          "--workdir.") in capsys.readouterr().out
+  assert sorted(os.listdir(os.path.join(copied, "checkpoints"))) == before
