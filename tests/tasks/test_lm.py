@@ -172,3 +172,22 @@ def test_the_preparation_command_builds_gpt_documents_on_beam(tmp_path, configs_
   documents = [p for p in (tmp_path / "data").glob("documents-*/*/1.0.0")]
   assert [p.parent.name for p in documents] == ["beam_documents_builder"]
   assert sum(s["documents"] for s in beam_built.stats.values()) == len(DOCS)
+
+
+def test_init_from_a_bert_workdir_names_its_task(tmp_path, configs_gpt_path):
+  """Was 'checkpoint ... does not fit this model:' and 40 lines of missing decoder arrays."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  del configs_gpt_path
+  bert = tmp_path / "bert"
+  ck = checkpoint.Checkpointer(str(bert / "checkpoints"), async_save=False)
+  ck.save(4, {"params": {"bert": {"x": np.zeros((2,), np.float32)}}},
+          {"task": "bert_pretraining",
+           "model_config": dataclasses.asdict(get_model_config("bert/tiny"))})
+  ck.close()
+  task = registry.get_task(_lm_config(tmp_path))
+  with pytest.raises(ValueError) as info:
+    task.load_pretrained_params(str(bert), template={})
+  assert str(info.value) == (
+      f"config.init_from {bert} holds a 'bert_pretraining' checkpoint, not a GPT: give a GPT "
+      "workdir (task lm) or a Hugging Face GPT-2 directory.")
