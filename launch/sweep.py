@@ -21,6 +21,7 @@ chip, and the largest global batch that fits per (mesh, remat) strategy.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.util
 import itertools
 import json
@@ -75,15 +76,39 @@ def run_name(overrides: dict) -> str:
   return re.sub(r"[^A-Za-z0-9_.=,-]", "_", ",".join(parts)) or "run"
 
 
-def commands(config: str, workdir_root: str, extra: list[str], python: str = "python"):
-  """[(workdir, argv)] for every point of the sweep."""
+def commands(config: str, workdir_root: str, extra: list[str], python: str = "python",
+             where: tuple[str, ...] = ()):
+  """[(workdir, argv)] for every point of the sweep (those `where` selects; a point's
+  workdir keeps its index in the whole sweep, so a selection reruns the same workdirs)."""
+  points = load_sweep(config)
+  check_keys(config, points, extra)
+  chosen = select(points, list(where))
   out = []
-  for i, overrides in enumerate(load_sweep(config)):
+  for i, overrides in enumerate(points):
+    if overrides not in chosen:
+      continue
     workdir = os.path.join(workdir_root, f"{i:03d}_{run_name(overrides)}")
     argv = [python, "-m", "bert_jax.main", f"--config={config}", f"--workdir={workdir}"]
     argv += [f"--{k}={v}" for k, v in overrides.items()] + list(extra)
     out.append((workdir, argv))
   return out
+
+
+def check_keys(config_path: str, points: list[dict], extra: list[str]) -> None:
+  """Raises ValueError naming the first sweep key or --config.x flag the config lacks:
+  a misspelled key fails here once, before any run is started or submitted."""
+  arg = config_path.split(":", 1)[1] if ":" in config_path else None
+  config = _load_module(config_path).get_config(arg)
+  keys = [f[2:].partition("=")[0] for f in extra] + [k for p in points for k in p]
+  for key in dict.fromkeys(keys):
+    node, path = config, "config"
+    for name in key.split(".")[1:]:
+      if not hasattr(node, "keys") or name not in node:
+        have = sorted(node.keys()) if hasattr(node, "keys") else []
+        near = difflib.get_close_matches(name, have, n=1)
+        raise ValueError(f"{key}: {path} has no key {name!r}"
+                         + (f"; did you mean {near[0]!r}?" if near else f" (it has {have})"))
+      node, path = node[name], f"{path}.{name}"
 
 
 def _set(config, key: str, value) -> None:
@@ -136,11 +161,15 @@ def aot_rows(config_path: str, topology: str, extra: list[str], jsonl: str = "",
   appended to that file as soon as it is known (a sweep of hours keeps what it did), and
   a point that file already holds for the same topology and --config.x flags is taken
   from it instead of compiled again: a stopped sweep, rerun, resumes where it stopped."""
+  from bert_jax import chips  # pylint: disable=g-import-not-at-top
   from bert_jax.aot import check as check_lib, report as report_lib  # pylint: disable=g-import-not-at-top
+  chips.parse_topology(topology)  # an unknown name: one error, not one per point
+  points = load_sweep(config_path)
+  check_keys(config_path, points, extra)
   rows = []
   too_big = {}  # strategy (the overrides but the batch) -> smallest batch that did not fit
   done = _compiled_rows(jsonl, topology, extra)
-  for overrides in select(load_sweep(config_path), list(where)):
+  for overrides in select(points, list(where)):
     strategy, batch = _strategy(overrides), overrides.get(BATCH_KEY)
     row = done.get(_point_key(overrides))
     if row is not None:
@@ -272,14 +301,18 @@ def _collectives(coll: dict | None) -> str:
 
 
 def wrap(argv: list[str], args) -> list[str]:
-  """The command that starts one run on the chosen launcher."""
-  cmd = " ".join(shlex.quote(a) for a in argv)
+  """The command that starts one run on the chosen launcher. `argv` is
+  [python, "-m", "bert_jax.main", flags...]; the remote and SLURM sides supply their own
+  interpreter (the checkout's .venv that tpu_pod.sh --setup and the README create)."""
   if args.launcher == "tpu":
+    # The local interpreter's path means nothing on the TPU VMs.
+    cmd = " ".join(shlex.quote(a) for a in [".venv/bin/python"] + argv[1:])
     return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", args.tpu_name, f"--zone={args.zone}",
             "--worker=all", f"--command=cd {args.remote_dir} && {cmd}"]
   if args.launcher == "slurm":
+    # slurm.sbatch runs `.venv/bin/python -m bert_jax.main "$@"`: pass only the flags.
     here = os.path.dirname(os.path.abspath(__file__))
-    return ["sbatch", os.path.join(here, "slurm.sbatch")] + argv[1:]
+    return ["sbatch", os.path.join(here, "slurm.sbatch")] + argv[3:]
   return argv
 
 
@@ -291,7 +324,8 @@ def main(argv=None) -> int:
                  help="compile every point for this TPU topology (e.g. v5e-256), run nothing")
   p.add_argument("--results", default="", help="with --aot: also append the table to this file")
   p.add_argument("--where", action="append", default=[], metavar="KEY=V1|V2",
-                 help="with --aot: only the points whose KEY is one of the values")
+                 help="only the points whose KEY is one of the values (as the --aot table "
+                 "writes them, e.g. config.mesh_shape=-1x8x4)")
   p.add_argument("--jsonl", default="", help="with --aot: append each point's row to this "
                  "file as it compiles")
   p.add_argument("--launcher", choices=["local", "tpu", "slurm"], default="local")
@@ -315,12 +349,14 @@ def main(argv=None) -> int:
       with open(args.results, "a", encoding="utf-8") as f:
         f.write("\n" + table + "\n")
     return 0
+  if args.results or args.jsonl:
+    p.error("--results and --jsonl go with --aot (runs write their own workdirs)")
   if not args.workdir_root:
     p.error("--workdir_root is required (except with --aot)")
   if args.launcher == "tpu" and not (args.tpu_name and args.zone):
     p.error("--launcher tpu needs --tpu_name and --zone")
   try:
-    runs = commands(args.config, args.workdir_root, extra, sys.executable)
+    runs = commands(args.config, args.workdir_root, extra, sys.executable, tuple(args.where))
   except (FileNotFoundError, ValueError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -174,3 +174,49 @@ def test_where_selects_points_by_their_table_cells():
     assert "config.model.nope=1" in str(e) and "config.model.remat_policy" in str(e)
   else:
     raise AssertionError("an unknown key must be refused")
+
+
+def _sweep(*args):
+  return subprocess.run([sys.executable, "launch/sweep.py", *args], cwd=ROOT,
+                        capture_output=True, text=True)
+
+
+def test_slurm_and_tpu_runs_get_the_flags_not_the_local_interpreter():
+  """--launcher slurm passed `-m bert_jax.main` again to slurm.sbatch (which runs
+  `python -m bert_jax.main "$@"`); --launcher tpu ran this machine's python path on the VMs."""
+  base = ["--config", "configs/bert_base.py", "--workdir_root", "/tmp/sw", "--dry_run"]
+  slurm = _sweep(*base, "--launcher", "slurm").stdout.splitlines()[0].split()
+  assert slurm[0] == "sbatch" and slurm[1].endswith("launch/slurm.sbatch")
+  assert slurm[2:4] == ["--config=configs/bert_base.py",
+                        "--workdir=/tmp/sw/000_learning_rate=5e-05,warmup_steps=5000"]
+  assert "-m" not in slurm
+  tpu = _sweep(*base, "--launcher", "tpu", "--tpu_name", "pod", "--zone", "z").stdout
+  first = tpu.splitlines()[0]
+  assert "'--command=cd ~/bert_jax && .venv/bin/python -m bert_jax.main --config=" in first
+  assert sys.executable not in tpu
+
+
+def test_a_misspelled_key_or_topology_fails_before_any_run():
+  res = _sweep("--config", "configs/bert_base.py", "--workdir_root", "/tmp/sw", "--dry_run",
+               "--config.train.learnin_rate=1")
+  assert res.returncode == 2 and res.stdout == ""
+  assert res.stderr.strip() == ("error: config.train.learnin_rate: config.train has no key "
+                                "'learnin_rate'; did you mean 'learning_rate'?")
+  # Before: one "topology 'v9-256': expected ..." per point, then a table and exit 0.
+  res = _sweep("--config", "configs/bert_large.py:s512", "--aot", "v9-256")
+  assert res.returncode == 2 and res.stdout == "" and len(res.stderr.splitlines()) == 1
+  assert res.stderr.startswith("error: topology 'v9-256': expected GEN:AxB")
+  # --aot's output files are refused without --aot, not silently ignored.
+  res = _sweep("--config", "configs/bert_base.py", "--workdir_root", "/tmp/sw", "--dry_run",
+               "--jsonl", "/tmp/sw/rows.jsonl")
+  assert res.returncode == 2 and "--jsonl go with --aot" in res.stderr
+
+
+def test_where_selects_runs_keeping_their_workdirs():
+  """--where was read only with --aot: a dry run printed (and a run started) every point."""
+  res = _sweep("--config", "configs/bert_base.py", "--workdir_root", "/tmp/sw", "--dry_run",
+               "--where", "config.train.learning_rate=0.0001")
+  workdirs = [a for line in res.stdout.splitlines() for a in line.split()
+              if a.startswith("--workdir=")]
+  assert workdirs == ["--workdir=/tmp/sw/002_learning_rate=0.0001,warmup_steps=5000",
+                      "--workdir=/tmp/sw/003_learning_rate=0.0001,warmup_steps=10000"]
