@@ -369,6 +369,18 @@ def _as_plain(tree):
 
 
 # ---------------------------------------------------------------- inference loading
+def load_task_params(path: str, task: str, family: str, alternative: str):
+  """The params (numpy) of one of our checkpoints of `task`, for a run's init_from; a
+  checkpoint of another task is one ValueError naming it (the shape check's listing of
+  every missing array said nothing of why). family / alternative: what the message asks
+  for, e.g. "a GPT", "a Hugging Face GPT-2 directory"."""
+  _, params, _, meta = load_params_for_inference(path, return_meta=True)
+  if meta.get("task") != task:
+    raise ValueError(f"config.init_from {path} holds a {meta.get('task')!r} checkpoint, not "
+                     f"{family}: give {family} workdir (task {task}){alternative}.")
+  return params
+
+
 def load_params_for_inference(path: str, with_params: bool = True, return_meta: bool = False):
   """(TransformerConfig, params as numpy, tokenizer dir or None) from one of our checkpoints.
 

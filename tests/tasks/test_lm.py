@@ -191,3 +191,10 @@ def test_init_from_a_bert_workdir_names_its_task(tmp_path, configs_gpt_path):
   assert str(info.value) == (
       f"config.init_from {bert} holds a 'bert_pretraining' checkpoint, not a GPT: give a GPT "
       "workdir (task lm) or a Hugging Face GPT-2 directory.")
+  # The translation task's init_from takes the same check (checkpoint.load_task_params).
+  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError) as info:
+    ckpt_lib.load_task_params(str(bert), "translation", "a translation", "")
+  assert str(info.value) == (
+      f"config.init_from {bert} holds a 'bert_pretraining' checkpoint, not a translation: "
+      "give a translation workdir (task translation).")

@@ -91,11 +91,8 @@ class LmTask:
       from bert_jax.interop import gpt2  # pylint: disable=g-import-not-at-top
       _, params = gpt2.load_gpt2(path, scan_layers=self.model_config.scan_layers)
     else:
-      _, params, _, meta = checkpoint.load_params_for_inference(path, return_meta=True)
-      if meta.get("task") != "lm":  # a BERT workdir: 40 lines of missing decoder arrays
-        raise ValueError(f"config.init_from {path} holds a {meta.get('task')!r} checkpoint, "
-                         "not a GPT: give a GPT workdir (task lm) or a Hugging Face GPT-2 "
-                         "directory.")
+      params = checkpoint.load_task_params(path, "lm", "a GPT",
+                                           " or a Hugging Face GPT-2 directory")
       convert = unrolled_to_scan if self.model_config.scan_layers else scan_to_unrolled
       params = convert(params)
     params = checkpoint.pad_vocab_rows(params, template)

@@ -238,7 +238,7 @@ class TranslationTask:
 
   def load_pretrained_params(self, path: str, template):
     from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
-    _, params, _ = checkpoint.load_params_for_inference(path)
+    params = checkpoint.load_task_params(path, "translation", "a translation", "")
     params = checkpoint.pad_vocab_rows(params, template)
     checkpoint.check_compatible(params, template, path)
     return jax.tree_util.tree_map(jnp.asarray, params)
