@@ -3,18 +3,41 @@
 #   launch/tpu_pod.sh TPU_NAME ZONE --config configs/bert_base.py --workdir gs://BUCKET/run
 # Each host starts one process; jax.distributed.initialize() discovers the pod from the TPU
 # environment, and every process reads only its shard of the data (grain, by process index).
-# First time: launch/tpu_pod.sh TPU_NAME ZONE --setup  (clones nothing: rsyncs this checkout).
+# The hosts of a pod must share the workdir (gs://); rerunning the same command resumes
+# from its newest checkpoint. Overrides are quoted for the remote shell as given
+# ("--config.mesh_shape=(-1,8,4)" arrives as one argument).
+# First time, and after local edits: launch/tpu_pod.sh TPU_NAME ZONE --setup copies this
+# checkout's files (git's tracked and untracked ones, not the ignored .venv or workdirs)
+# into $REMOTE_DIR (default ~/bert_jax) on every host, over the old copy, and installs
+# .venv there. DRY_RUN=1 prints the gcloud commands instead of running them.
 set -euo pipefail
-TPU_NAME=${1:?TPU name}; ZONE=${2:?zone}; shift 2
+usage="usage: launch/tpu_pod.sh TPU_NAME ZONE --setup | --config FILE --workdir gs://BUCKET/RUN [--config.x=y ...]"
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then echo "$usage"; exit 0; fi
+if [[ $# -lt 3 || "$1" == -* || "$2" == -* ]]; then echo "error: $usage" >&2; exit 2; fi
+TPU_NAME=$1; ZONE=$2; shift 2
 REMOTE_DIR=${REMOTE_DIR:-\~/bert_jax}
-if [[ "${1:-}" == "--setup" ]]; then
-  gcloud compute tpus tpu-vm scp --recurse --zone="$ZONE" --worker=all \
-    "$(cd "$(dirname "$0")/.." && pwd)" "$TPU_NAME:$REMOTE_DIR"
-  gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command \
-    "cd $REMOTE_DIR && python3 -m venv .venv && .venv/bin/pip install -q -r requirements.txt \
-     'jax[tpu]==0.10.2' && .venv/bin/pip install -q --no-deps -e ."
+run() { if [[ -n "${DRY_RUN:-}" ]]; then printf '%q ' "$@"; echo; else "$@"; fi; }
+if [[ "$1" == "--setup" ]]; then
+  SRC=$(cd "$(dirname "$0")/.." && pwd)
+  TARBALL=$(mktemp "${TMPDIR:-/tmp}/bert_jax_src.XXXXXX")
+  trap 'rm -f "$TARBALL"' EXIT
+  if git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1; then
+    # Files deleted from the work tree but still in the index are left out.
+    (cd "$SRC" && git ls-files -z -co --exclude-standard | while IFS= read -r -d '' f; do
+       [[ -e "$f" ]] && printf '%s\0' "$f"; done | tar -czf "$TARBALL" --null -T -)
+  else
+    tar -czf "$TARBALL" -C "$SRC" --exclude=.venv --exclude='.venv-*' --exclude=.git .
+  fi
+  run gcloud compute tpus tpu-vm scp --zone="$ZONE" --worker=all "$TARBALL" \
+    "$TPU_NAME:bert_jax_src.tgz"
+  run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command \
+    "mkdir -p $REMOTE_DIR && tar -xzf ~/bert_jax_src.tgz -C $REMOTE_DIR && rm ~/bert_jax_src.tgz \
+     && cd $REMOTE_DIR && { test -x .venv/bin/python || python3 -m venv .venv; } \
+     && .venv/bin/pip install -q -r requirements.txt 'jax[tpu]==0.10.2' \
+     && .venv/bin/pip install -q --no-deps -e ."
   exit 0
 fi
 ARGS=$(printf ' %q' "$@")
-gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command \
-  "cd $REMOTE_DIR && .venv/bin/python -m bert_jax.main$ARGS"
+run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command \
+  "cd $REMOTE_DIR && if test -x .venv/bin/python; then .venv/bin/python -m bert_jax.main$ARGS; \
+   else echo \"error: \$PWD/.venv/bin/python not found: run launch/tpu_pod.sh $TPU_NAME $ZONE --setup first\" >&2; exit 2; fi"

@@ -1,0 +1,86 @@
+"""launch/tpu_pod.sh with a stand-in gcloud that runs the --command in a local "host"
+(no TPU here): what a worker's shell receives and what --setup leaves in its REMOTE_DIR."""
+import os
+import shutil
+import subprocess
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# scp: copies the local file to the host's home; ssh: runs --command there in bash.
+FAKE_GCLOUD = """#!/bin/bash
+if [[ $4 == scp ]]; then dest="${@: -1}"; cp "${@: -2:1}" "$HOME/${dest#*:}"; exit; fi
+while [[ $1 != --command ]]; do shift; done
+cd "$HOME" && exec bash -c "$2"
+"""
+
+
+def _exe(path, text):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text(text)
+  path.chmod(0o755)
+
+
+def _env(tmp_path, remote):
+  home = tmp_path / "home"
+  home.mkdir(exist_ok=True)
+  _exe(tmp_path / "bin" / "gcloud", FAKE_GCLOUD)
+  return dict(os.environ, HOME=str(home), REMOTE_DIR=str(remote),
+              PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_overrides_reach_every_worker_as_given(tmp_path):
+  remote = tmp_path / "remote"
+  _exe(remote / ".venv" / "bin" / "python", '#!/bin/sh\nprintf "%s\\n" "$@"\n')
+  args = ["--config", "configs/bert_base.py", "--workdir", "gs://b/run",
+          "--config.mesh_shape=(-1, 8, 4)", "--config.data.x=a|b;c", "--config.name=it's $HOME"]
+  res = subprocess.run([os.path.join(ROOT, "launch", "tpu_pod.sh"), "pod", "zone", *args],
+                       env=_env(tmp_path, remote), capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr
+  assert res.stdout.splitlines() == ["-m", "bert_jax.main", *args]
+
+
+def test_a_host_without_setup_is_one_line_and_bad_usage_exits_2(tmp_path):
+  remote = tmp_path / "remote"
+  remote.mkdir()
+  script = os.path.join(ROOT, "launch", "tpu_pod.sh")
+  res = subprocess.run([script, "pod", "zone", "--config", "c.py"],
+                       env=_env(tmp_path, remote), capture_output=True, text=True)
+  assert res.returncode == 2
+  assert res.stderr == (f"error: {remote}/.venv/bin/python not found: run "
+                        "launch/tpu_pod.sh pod zone --setup first\n")
+  res = subprocess.run([script, "--config", "c.py"], capture_output=True, text=True)
+  assert res.returncode == 2 and res.stderr.startswith("error: usage: launch/tpu_pod.sh TPU_NAME")
+
+
+def test_setup_copies_the_checkout_over_the_old_copy_without_local_venv(tmp_path):
+  """scp --recurse copied .venv and .git too and, with REMOTE_DIR there, nested a second
+  copy inside it (the hosts kept running the old code)."""
+  src = tmp_path / "checkout"
+  shutil.copy(os.path.join(ROOT, "launch", "tpu_pod.sh"), _mk(src / "launch") / "tpu_pod.sh")
+  (src / ".gitignore").write_text(".venv/\n")
+  (src / "a.py").write_text("v = 1\n")
+  _exe(src / ".venv" / "bin" / "python", "local interpreter\n")
+  subprocess.run(["git", "init", "-q", str(src)], check=True)
+  subprocess.run(["git", "-C", str(src), "add", "a.py", ".gitignore", "launch"], check=True)
+  remote = tmp_path / "remote"
+  _exe(remote / ".venv" / "bin" / "python", "#!/bin/sh\n")
+  _exe(remote / ".venv" / "bin" / "pip", '#!/bin/sh\necho pip "$@" >> pip.log\n')
+  env = _env(tmp_path, remote)
+  for version in ("1", "2"):
+    (src / "a.py").write_text(f"v = {version}\n")
+    (src / "new.py").write_text("untracked, not ignored\n")
+    res = subprocess.run([str(src / "launch" / "tpu_pod.sh"), "pod", "zone", "--setup"],
+                         env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+  assert sorted(p.name for p in remote.iterdir()) == [
+      ".gitignore", ".venv", "a.py", "launch", "new.py", "pip.log"]
+  assert (remote / "a.py").read_text() == "v = 2\n"
+  assert (remote / ".venv" / "bin" / "python").read_text() == "#!/bin/sh\n"
+  assert (remote / "pip.log").read_text().splitlines()[:2] == [
+      "pip install -q -r requirements.txt jax[tpu]==0.10.2", "pip install -q --no-deps -e ."]
+  assert not (tmp_path / "home" / "bert_jax_src.tgz").exists()
+
+
+def _mk(path):
+  path.mkdir(parents=True, exist_ok=True)
+  return path
