@@ -2,7 +2,7 @@
 """Expands a config file's `get_sweep(hyper)` into runs with distinct workdirs.
 
   python launch/sweep.py --config configs/bert_base.py --workdir_root runs/lr_sweep --dry_run
-  python launch/sweep.py --config configs/bert_tiny.py --workdir_root runs/tiny   # local, in turn
+  python launch/sweep.py --config configs/gpt.py --workdir_root runs/gpt   # local, in turn
   python launch/sweep.py ... --launcher tpu --tpu_name my-pod --zone us-central2-b
   python launch/sweep.py ... --launcher slurm
   python launch/sweep.py --config configs/bert_large.py:s512 --aot v5e-256 [--results F.md]
@@ -66,9 +66,22 @@ def load_sweep(config_path: str) -> list[dict]:
   path, _, arg = config_path.partition(":")
   module = _load_module(config_path)
   if not hasattr(module, "get_sweep"):
-    raise ValueError(f"{path} defines no get_sweep(hyper)")
+    raise ValueError(f"{path} defines no get_sweep(hyper); configs that do: "
+                     f"{', '.join(_configs_with_sweeps(path)) or 'none beside it'}")
   module.get_config(arg or None)  # an unknown `file.py:arg` fails here, not in every run
   return module.get_sweep(hyper)
+
+
+def _configs_with_sweeps(path: str) -> list[str]:
+  """The config files beside `path` that define get_sweep (read as text, not run)."""
+  folder = os.path.dirname(path) or "."
+  out = []
+  for name in sorted(os.listdir(folder)):
+    if name.endswith(".py"):
+      with open(os.path.join(folder, name), encoding="utf-8") as f:
+        if "\ndef get_sweep(" in f.read():
+          out.append(os.path.join(os.path.dirname(path), name))
+  return out
 
 
 def run_name(overrides: dict) -> str:

@@ -220,3 +220,17 @@ def test_where_selects_runs_keeping_their_workdirs():
               if a.startswith("--workdir=")]
   assert workdirs == ["--workdir=/tmp/sw/002_learning_rate=0.0001,warmup_steps=5000",
                       "--workdir=/tmp/sw/003_learning_rate=0.0001,warmup_steps=10000"]
+
+
+def test_the_docstrings_example_configs_define_a_sweep():
+  """The help's local example used configs/bert_tiny.py, which has no get_sweep."""
+  sw = _sweep_module()
+  examples = [line.split("--config ")[1].split()[0] for line in sw.__doc__.splitlines()
+              if "launch/sweep.py --config" in line]
+  assert len(examples) == 3
+  for config in examples:
+    assert sw.load_sweep(os.path.join(ROOT, config)), config
+  res = _sweep("--config", "configs/bert_tiny.py", "--workdir_root", "/tmp/sw", "--dry_run")
+  assert res.returncode == 2 and res.stderr == (
+      "error: configs/bert_tiny.py defines no get_sweep(hyper); configs that do: "
+      "configs/bert_base.py, configs/bert_large.py, configs/gpt.py\n")
