@@ -313,18 +313,20 @@ def _collectives(coll: dict | None) -> str:
                     and coll[k]["count"] else "0" for k in kinds)
 
 
+REMOTE_DIR = "~/bert_jax"  # tpu_pod.sh's default
+
+
 def wrap(argv: list[str], args) -> list[str]:
   """The command that starts one run on the chosen launcher. `argv` is
   [python, "-m", "bert_jax.main", flags...]; the remote and SLURM sides supply their own
   interpreter (the checkout's .venv that tpu_pod.sh --setup and the README create)."""
+  here = os.path.dirname(os.path.abspath(__file__))
+  # Both scripts run `.venv/bin/python -m bert_jax.main "$@"` (the local interpreter's
+  # path means nothing on the TPU VMs): pass only the flags.
   if args.launcher == "tpu":
-    # The local interpreter's path means nothing on the TPU VMs.
-    cmd = " ".join(shlex.quote(a) for a in [".venv/bin/python"] + argv[1:])
-    return ["gcloud", "compute", "tpus", "tpu-vm", "ssh", args.tpu_name, f"--zone={args.zone}",
-            "--worker=all", f"--command=cd {args.remote_dir} && {cmd}"]
+    env = ["env", f"REMOTE_DIR={args.remote_dir}"] if args.remote_dir != REMOTE_DIR else []
+    return env + [os.path.join(here, "tpu_pod.sh"), args.tpu_name, args.zone] + argv[3:]
   if args.launcher == "slurm":
-    # slurm.sbatch runs `.venv/bin/python -m bert_jax.main "$@"`: pass only the flags.
-    here = os.path.dirname(os.path.abspath(__file__))
     return ["sbatch", os.path.join(here, "slurm.sbatch")] + argv[3:]
   return argv
 
@@ -345,7 +347,8 @@ def main(argv=None) -> int:
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
   p.add_argument("--tpu_name", default="")
   p.add_argument("--zone", default="")
-  p.add_argument("--remote_dir", default="~/bert_jax")
+  p.add_argument("--remote_dir", default=REMOTE_DIR, help="with --launcher tpu: the "
+                 "checkout on the TPU VMs (launch/tpu_pod.sh's REMOTE_DIR)")
   args, extra = p.parse_known_args(argv)
   bad = [e for e in extra if not e.startswith("--config.")]
   if bad:

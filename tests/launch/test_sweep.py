@@ -40,7 +40,8 @@ def test_product_zip_and_launchers():
   class Args:
     launcher, tpu_name, zone, remote_dir = "tpu", "pod", "zone-a", "~/bj"
   cmd = sw.wrap(["python", "-m", "bert_jax.main", "--workdir=w"], Args)
-  assert cmd[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "ssh"] and "--worker=all" in cmd
+  assert cmd == ["env", "REMOTE_DIR=~/bj", os.path.join(os.path.abspath(ROOT), "launch",
+                                                        "tpu_pod.sh"), "pod", "zone-a", "--workdir=w"]
 
 
 def test_missing_config_is_a_clear_error():
@@ -191,8 +192,9 @@ def test_slurm_and_tpu_runs_get_the_flags_not_the_local_interpreter():
                         "--workdir=/tmp/sw/000_learning_rate=5e-05,warmup_steps=5000"]
   assert "-m" not in slurm
   tpu = _sweep(*base, "--launcher", "tpu", "--tpu_name", "pod", "--zone", "z").stdout
-  first = tpu.splitlines()[0]
-  assert "'--command=cd ~/bert_jax && .venv/bin/python -m bert_jax.main --config=" in first
+  first = tpu.splitlines()[0].split()
+  assert first[0].endswith("launch/tpu_pod.sh") and first[1:4] == [
+      "pod", "z", "--config=configs/bert_base.py"]  # tpu_pod.sh adds the VMs' python
   assert sys.executable not in tpu
 
 
