@@ -155,14 +155,26 @@ def _cell(v) -> str:
 
 def select(points: list[dict], where: list[str]) -> list[dict]:
   """The points whose overrides match every "KEY=V1|V2" of `where` (values as the table
-  writes them: "-1x8x4", "full"), e.g. ["config.model.remat_policy=dots_no_batch|full"]."""
+  writes them: "-1x8x4", "full"; a tuple also as "(-1,8,4)"), e.g.
+  ["config.model.remat_policy=dots_no_batch|full"]. A value no point has is an error."""
   for cond in where:
     key, _, values = cond.partition("=")
     if not values or not any(key in p for p in points):
       raise ValueError(f"--where {cond!r}: expected KEY=V1|V2 with KEY one of the sweep's "
                        f"keys {sorted(points[0]) if points else []}")
-    points = [p for p in points if _cell(p.get(key)) in values.split("|")]
+    cells = {_cell(p[key]) for p in points if key in p}
+    wanted = [_where_value(v) for v in values.split("|")]
+    unknown = [v for v in wanted if v not in cells]
+    if unknown:  # a selection of nothing would print an empty table or start no run
+      raise ValueError(f"--where {cond!r}: no point has {key} = {' or '.join(unknown)}; "
+                       f"its values: {', '.join(sorted(cells))}")
+    points = [p for p in points if _cell(p.get(key)) in wanted]
   return points
+
+
+def _where_value(text: str) -> str:
+  """A --where value as the table writes it: "(-1, 8, 4)" and "-1,8,4" -> "-1x8x4"."""
+  return re.sub(r"[()\[\]\s]", "", text).replace(",", "x") if "," in text else text
 
 
 def aot_rows(config_path: str, topology: str, extra: list[str], jsonl: str = "",

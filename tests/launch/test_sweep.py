@@ -236,3 +236,19 @@ def test_the_docstrings_example_configs_define_a_sweep():
   assert res.returncode == 2 and res.stderr == (
       "error: configs/bert_tiny.py defines no get_sweep(hyper); configs that do: "
       "configs/bert_base.py, configs/bert_large.py, configs/gpt.py\n")
+
+
+def test_a_where_value_no_point_has_is_an_error_and_tuples_may_be_written_as_such():
+  """`--where config.mesh_shape=(-1,8,4)` (the override's spelling) selected nothing: an
+  empty dry run or --aot table, exit 0."""
+  sw = _sweep_module()
+  points = sw.load_sweep(os.path.join(ROOT, "configs", "bert_large.py:s512"))
+  assert sw.select(points, ["config.mesh_shape=(-1, 8, 4)"]) == sw.select(
+      points, ["config.mesh_shape=-1x8x4"])
+  assert len(sw.select(points, ["config.mesh_shape=(-1,8,4)|-1x1x1"])) == 18
+  res = _sweep("--config", "configs/bert_large.py:s512", "--workdir_root", "/tmp/sw",
+               "--dry_run", "--where", "config.model.remat_policy=ful")
+  assert res.returncode == 2 and res.stdout == ""
+  assert res.stderr == ("error: --where 'config.model.remat_policy=ful': no point has "
+                        "config.model.remat_policy = ful; its values: dots_no_batch, full, "
+                        "none\n")
