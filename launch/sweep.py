@@ -392,7 +392,11 @@ def main(argv=None) -> int:
     cmd = wrap(run_argv, args)
     print(" ".join(shlex.quote(c) for c in cmd), flush=True)
     if not args.dry_run:
-      status = subprocess.call(cmd)
+      try:
+        status = subprocess.call(cmd)
+      except OSError as e:  # e.g. no sbatch on this machine: one line, not a traceback
+        print(f"error: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
+        return 2
       if status:
         print(f"run {workdir} exited with {status}", file=sys.stderr)
         return status

@@ -252,3 +252,13 @@ def test_a_where_value_no_point_has_is_an_error_and_tuples_may_be_written_as_suc
   assert res.stderr == ("error: --where 'config.model.remat_policy=ful': no point has "
                         "config.model.remat_policy = ful; its values: dots_no_batch, full, "
                         "none\n")
+
+
+def test_a_launcher_missing_on_this_machine_is_one_line(tmp_path):
+  env = dict(os.environ, PATH=str(tmp_path))  # no sbatch
+  res = subprocess.run([sys.executable, "launch/sweep.py", "--config", "configs/bert_base.py",
+                        "--workdir_root", str(tmp_path / "runs"), "--launcher", "slurm"],
+                       cwd=ROOT, env=env, capture_output=True, text=True)
+  assert res.returncode == 2
+  assert res.stderr == "error: cannot start sbatch: No such file or directory\n"
+  assert res.stdout.startswith("sbatch ") and not (tmp_path / "runs").exists()
