@@ -2,7 +2,7 @@
 """Expands a config file's `get_sweep(hyper)` into runs with distinct workdirs.
 
   python launch/sweep.py --config configs/bert_base.py --workdir_root runs/lr_sweep --dry_run
-  python launch/sweep.py --config configs/gpt.py --workdir_root runs/gpt   # local, in turn
+  python launch/sweep.py --config configs/bert_base.py --workdir_root runs/lr_sweep   # runs them in turn
   python launch/sweep.py ... --launcher tpu --tpu_name my-pod --zone us-central2-b
   python launch/sweep.py ... --launcher slurm
   python launch/sweep.py --config configs/bert_large.py:s512 --aot v5e-256 [--results F.md]
