@@ -10,6 +10,8 @@
 # checkout's files (git's tracked and untracked ones, not the ignored .venv or workdirs)
 # into $REMOTE_DIR (default ~/bert_jax) on every host, over the old copy, and installs
 # .venv there. DRY_RUN=1 prints the gcloud commands instead of running them.
+# The hosts do not get this shell's environment: FORWARD_ENV="LIBTPU_INIT_ARGS XLA_FLAGS"
+# sets those variables, with their values here, for the run on every host.
 set -euo pipefail
 usage="usage: launch/tpu_pod.sh TPU_NAME ZONE --setup | --config FILE --workdir gs://BUCKET/RUN [--config.x=y ...]"
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then echo "$usage"; exit 0; fi
@@ -38,6 +40,13 @@ if [[ "$1" == "--setup" ]]; then
   exit 0
 fi
 ARGS=$(printf ' %q' "$@")
+ENVS=""
+for name in ${FORWARD_ENV:-}; do
+  if [[ ! "$name" =~ ^[A-Za-z_][A-Za-z0-9_]*$ || -z "${!name+set}" ]]; then
+    echo "error: FORWARD_ENV names '$name', which is not a variable set here" >&2; exit 2
+  fi
+  ENVS+=" $name=$(printf '%q' "${!name}")"
+done
 run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command \
-  "cd $REMOTE_DIR && if test -x .venv/bin/python; then .venv/bin/python -m bert_jax.main$ARGS; \
+  "cd $REMOTE_DIR && if test -x .venv/bin/python; then${ENVS:+ env$ENVS} .venv/bin/python -m bert_jax.main$ARGS; \
    else echo \"error: \$PWD/.venv/bin/python not found: run launch/tpu_pod.sh $TPU_NAME $ZONE --setup first\" >&2; exit 2; fi"

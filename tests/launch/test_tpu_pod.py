@@ -39,6 +39,22 @@ def test_overrides_reach_every_worker_as_given(tmp_path):
   assert res.stdout.splitlines() == ["-m", "bert_jax.main", *args]
 
 
+def test_forward_env_sets_the_named_variables_on_the_hosts(tmp_path):
+  remote = tmp_path / "remote"
+  _exe(remote / ".venv" / "bin" / "python", '#!/bin/sh\nprintf "%s\\n" "$LIBTPU_INIT_ARGS"\n')
+  script = os.path.join(ROOT, "launch", "tpu_pod.sh")
+  flags = "--xla_tpu_enable_async_all_gather=true --xla_dump_to='/tmp/x y'"
+  env = dict(_env(tmp_path, remote), FORWARD_ENV="LIBTPU_INIT_ARGS", LIBTPU_INIT_ARGS=flags)
+  res = subprocess.run([script, "pod", "zone", "--config", "c.py"], env=env,
+                       capture_output=True, text=True)
+  assert res.returncode == 0 and res.stdout == flags + "\n", res.stderr
+  env["FORWARD_ENV"] = "LIBTPU_INIT_ARGS NOT_SET_HERE"
+  res = subprocess.run([script, "pod", "zone", "--config", "c.py"], env=env,
+                       capture_output=True, text=True)
+  assert res.returncode == 2 and res.stdout == "" and res.stderr == (
+      "error: FORWARD_ENV names 'NOT_SET_HERE', which is not a variable set here\n")
+
+
 def test_a_host_without_setup_is_one_line_and_bad_usage_exits_2(tmp_path):
   remote = tmp_path / "remote"
   remote.mkdir()
