@@ -32,24 +32,33 @@ class NonFiniteLossError(FloatingPointError):
 
 
 class _Preemption:
-  """SIGTERM sets a flag; the loop saves at the next step and exits cleanly."""
+  """SIGTERM (preemption) or a first Ctrl-C (SIGINT) sets a flag: the loop saves at the
+  next step and exits cleanly. A second Ctrl-C interrupts at once, as Python's default
+  (a Ctrl-C was a KeyboardInterrupt traceback that lost the steps since the last save)."""
+
+  _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
   def __init__(self):
     self.requested = False
-    self._previous = None
+    self.name = ""  # of the signal that asked
+    self._previous = {}
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():
-      self._previous = signal.signal(signal.SIGTERM, self._handler)
+      self._previous = {s: signal.signal(s, self._handler) for s in self._SIGNALS}
     return self
 
   def _handler(self, signum, frame):
-    del signum, frame
-    self.requested = True
+    del frame
+    if signum == signal.SIGINT and self.requested:
+      raise KeyboardInterrupt  # the second Ctrl-C: do not wait for the save
+    if signum == signal.SIGINT:
+      log("Ctrl-C: saving at the end of this step, then exiting (Ctrl-C again to abort).")
+    self.requested, self.name = True, signal.Signals(signum).name
 
   def __exit__(self, *exc):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
+    for s, previous in self._previous.items():
+      signal.signal(s, previous)
 
 
 @contextlib.contextmanager
@@ -369,7 +378,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
                   metrics=last_eval if scored_now else None)
       window.t0 += time.perf_counter() - paused  # (the ETA's rate keeps them: real time)
       if preempt.requested:
-        log(f"SIGTERM: saved step {step} in {ckpt.directory}; exiting.")
+        log(f"{preempt.name}: saved step {step} in {ckpt.directory}; exiting.")
         break
 
   ckpt.close()

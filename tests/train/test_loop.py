@@ -105,6 +105,23 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir,
     assert got[step] == pytest.approx(ref[step], abs=1e-6), (step, got, ref)
 
 
+def test_a_first_ctrl_c_asks_for_a_save_a_second_interrupts(capsys):
+  """Ctrl-C takes SIGTERM's path (the loop saves the step and exits 0; the test above),
+  where it was a KeyboardInterrupt that lost the steps since the last save; a second
+  Ctrl-C interrupts at once. The handlers before are restored."""
+  before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+  with loop._Preemption() as preempt:  # pylint: disable=protected-access
+    os.kill(os.getpid(), signal.SIGINT)
+    assert preempt.requested and preempt.name == "SIGINT"
+    assert "Ctrl-C: saving at the end of this step" in capsys.readouterr().out
+    with pytest.raises(KeyboardInterrupt):
+      os.kill(os.getpid(), signal.SIGINT)
+  assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+  with loop._Preemption() as preempt:  # pylint: disable=protected-access
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert preempt.requested and preempt.name == "SIGTERM"
+
+
 @pytest.mark.slow
 def test_three_random_sigkills_each_rerun_resumes_and_the_run_ends_exactly(
     uninterrupted, data_dir, tmp_path):
