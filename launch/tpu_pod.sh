@@ -9,7 +9,7 @@
 # First time, and after local edits: launch/tpu_pod.sh TPU_NAME ZONE --setup copies this
 # checkout's files (git's tracked and untracked ones, not the ignored .venv or workdirs)
 # into $REMOTE_DIR (default ~/bert_jax) on every host, over the old copy, and installs
-# .venv there. DRY_RUN=1 prints the gcloud commands instead of running them.
+# .venv there (with $REMOTE_PYTHON, default python3: it must be Python >= 3.11). DRY_RUN=1 prints the gcloud commands instead of running them.
 # The hosts do not get this shell's environment: FORWARD_ENV="LIBTPU_INIT_ARGS XLA_FLAGS"
 # sets those variables, with their values here, for the run on every host.
 set -euo pipefail
@@ -30,11 +30,16 @@ if [[ "$1" == "--setup" ]]; then
   else
     tar -czf "$TARBALL" -C "$SRC" --exclude=.venv --exclude='.venv-*' --exclude=.git .
   fi
+  # TPU VM images may ship an older python3 than pyproject's requires-python (3.11).
+  PY=${REMOTE_PYTHON:-python3}; NEW_ENOUGH='import sys; sys.exit(sys.version_info < (3, 11))'
   run gcloud compute tpus tpu-vm scp --zone="$ZONE" --worker=all "$TARBALL" \
     "$TPU_NAME:bert_jax_src.tgz"
   run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command \
     "mkdir -p $REMOTE_DIR && tar -xzf ~/bert_jax_src.tgz -C $REMOTE_DIR && rm ~/bert_jax_src.tgz \
-     && cd $REMOTE_DIR && { test -x .venv/bin/python || python3 -m venv .venv; } \
+     && cd $REMOTE_DIR && { test -x .venv/bin/python || { $PY -c '$NEW_ENOUGH' || { echo \
+     \"error: $PY on \$(hostname) is Python \$($PY -V 2>&1 | cut -d' ' -f2), bert_jax needs >= 3.11: \
+install one there and rerun with REMOTE_PYTHON=python3.11 launch/tpu_pod.sh $TPU_NAME $ZONE --setup\" >&2; \
+     exit 2; } && $PY -m venv .venv; }; } \
      && .venv/bin/pip install -q -r requirements.txt 'jax[tpu]==0.10.2' \
      && .venv/bin/pip install -q --no-deps -e ."
   exit 0

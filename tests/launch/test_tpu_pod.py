@@ -100,3 +100,21 @@ def test_setup_copies_the_checkout_over_the_old_copy_without_local_venv(tmp_path
 def _mk(path):
   path.mkdir(parents=True, exist_ok=True)
   return path
+
+
+def test_setup_with_a_python_older_than_311_on_the_hosts_is_one_line(tmp_path):
+  """pip install -e . refused it only after installing the requirements (or failed on them)."""
+  src = tmp_path / "checkout"
+  shutil.copy(os.path.join(ROOT, "launch", "tpu_pod.sh"), _mk(src / "launch") / "tpu_pod.sh")
+  (src / "a.py").write_text("v = 1\n")
+  _exe(tmp_path / "bin" / "python3.10", '#!/bin/sh\n[ "$1" = -V ] && echo "Python 3.10.12"; exit 1\n')
+  remote = tmp_path / "remote"
+  env = dict(_env(tmp_path, remote), REMOTE_PYTHON="python3.10")
+  res = subprocess.run([str(src / "launch" / "tpu_pod.sh"), "pod", "zone", "--setup"],
+                       env=env, capture_output=True, text=True)
+  assert res.returncode == 2 and res.stdout == ""
+  host = subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip()
+  assert res.stderr == (f"error: python3.10 on {host} is Python 3.10.12, bert_jax needs >= "
+                        "3.11: install one there and rerun with REMOTE_PYTHON=python3.11 "
+                        "launch/tpu_pod.sh pod zone --setup\n")
+  assert not (remote / ".venv").exists() and (remote / "a.py").exists()
