@@ -343,6 +343,21 @@ def wrap(argv: list[str], args) -> list[str]:
   return argv
 
 
+def run_to_end(cmd: list[str]) -> tuple[int, bool]:
+  """(exit status, whether Ctrl-C was pressed) of `cmd`, waited for to its end.
+
+  Ctrl-C reaches the run too (one process group) and a training run then saves its step
+  and exits; subprocess.call would kill it 0.25 s after the Ctrl-C, losing the steps
+  since its last checkpoint. A second Ctrl-C is the run's own business (it stops at once)."""
+  proc = subprocess.Popen(cmd)
+  interrupted = False
+  while True:
+    try:
+      return proc.wait(), interrupted
+    except KeyboardInterrupt:
+      interrupted = True
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--config", required=True)
@@ -393,10 +408,14 @@ def main(argv=None) -> int:
     print(" ".join(shlex.quote(c) for c in cmd), flush=True)
     if not args.dry_run:
       try:
-        status = subprocess.call(cmd)
+        status, interrupted = run_to_end(cmd)
       except OSError as e:  # e.g. no sbatch on this machine: one line, not a traceback
         print(f"error: cannot start {cmd[0]}: {e.strerror}", file=sys.stderr)
         return 2
+      if interrupted:
+        print(f"interrupted: run {workdir} exited with {status}; the same command resumes "
+              "the sweep (finished runs have nothing left to train)", file=sys.stderr)
+        return status or 130
       if status:
         print(f"run {workdir} exited with {status}", file=sys.stderr)
         return status

@@ -1,6 +1,7 @@
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -262,3 +263,30 @@ def test_a_launcher_missing_on_this_machine_is_one_line(tmp_path):
   assert res.returncode == 2
   assert res.stderr == "error: cannot start sbatch: No such file or directory\n"
   assert res.stdout.startswith("sbatch ") and not (tmp_path / "runs").exists()
+
+
+CHILD = """
+import pathlib, signal, sys, time
+stop = []
+signal.signal(signal.SIGINT, lambda *_: stop.append(1))
+print("ready", flush=True)
+while not stop:
+  time.sleep(0.05)
+time.sleep(1.0)                    # saving its checkpoint
+pathlib.Path(sys.argv[1]).write_text("saved")
+"""
+
+
+def test_ctrl_c_lets_a_local_run_save_and_stops_the_sweep(tmp_path):
+  """subprocess.call killed the run 0.25 s after Ctrl-C, before it could save."""
+  saved = tmp_path / "saved"
+  parent = (f"import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('sweep', {os.path.join(ROOT, 'launch', 'sweep.py')!r})\n"
+            f"m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            f"print(m.run_to_end([sys.executable, '-c', {CHILD!r}, {str(saved)!r}]), flush=True)\n")
+  proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True,
+                          start_new_session=True)
+  assert proc.stdout.readline() == "ready\n"
+  os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
+  assert proc.stdout.read() == "(0, True)\n" and proc.wait(10) == 0
+  assert saved.read_text() == "saved"
