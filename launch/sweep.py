@@ -423,4 +423,8 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  try:
+    sys.exit(main())
+  except BrokenPipeError:  # `--dry_run | head`: the reader left, as cat would, no traceback
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (python's docs' recipe)
+    sys.exit(1)

@@ -290,3 +290,14 @@ def test_ctrl_c_lets_a_local_run_save_and_stops_the_sweep(tmp_path):
   os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal does
   assert proc.stdout.read() == "(0, True)\n" and proc.wait(10) == 0
   assert saved.read_text() == "saved"
+
+
+def test_a_reader_that_leaves_early_is_no_traceback():
+  """`sweep.py --dry_run | head -1` ended in a BrokenPipeError traceback."""
+  read, write = os.pipe()
+  os.close(read)  # the reader is gone before the first line
+  res = subprocess.run([sys.executable, "launch/sweep.py", "--config", "configs/bert_base.py",
+                        "--workdir_root", "/tmp/sw", "--dry_run"], cwd=ROOT, stdout=write,
+                       stderr=subprocess.PIPE, text=True)
+  os.close(write)
+  assert res.returncode == 1 and res.stderr == ""
