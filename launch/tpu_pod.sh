@@ -45,7 +45,23 @@ install one there and rerun with REMOTE_PYTHON=python3.11 launch/tpu_pod.sh $TPU
   exit 0
 fi
 ARGS=$(printf ' %q' "$@")
-ENVS=""
+# jax.distributed's coordinator: worker 0 (process 0), at jax's TPU port. bert_jax.main
+# initializes jax.distributed when JAX_COORDINATOR_ADDRESS is set (a GCE TPU VM keeps
+# TPU_WORKER_HOSTNAMES in its metadata, not in the environment main looks at); the
+# process ids and count come from the VM's metadata. A TPU name that does not exist
+# ends here with gcloud's NOT_FOUND line.
+if [[ -n "${DRY_RUN:-}" ]]; then
+  run gcloud compute tpus tpu-vm describe "$TPU_NAME" --zone="$ZONE" \
+    "--format=value(networkEndpoints[0].ipAddress)"
+  WORKER0=WORKER0_IP
+else
+  WORKER0=$(gcloud compute tpus tpu-vm describe "$TPU_NAME" --zone="$ZONE" \
+    "--format=value(networkEndpoints[0].ipAddress)")
+fi
+if [[ -z "$WORKER0" ]]; then
+  echo "error: gcloud names no network endpoint for TPU $TPU_NAME in $ZONE" >&2; exit 2
+fi
+ENVS=" JAX_COORDINATOR_ADDRESS=$WORKER0:8482"  # FORWARD_ENV may set its own (env: last wins)
 for name in ${FORWARD_ENV:-}; do
   if [[ ! "$name" =~ ^[A-Za-z_][A-Za-z0-9_]*$ || -z "${!name+set}" ]]; then
     echo "error: FORWARD_ENV names '$name', which is not a variable set here" >&2; exit 2
@@ -53,5 +69,5 @@ for name in ${FORWARD_ENV:-}; do
   ENVS+=" $name=$(printf '%q' "${!name}")"
 done
 run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command \
-  "cd $REMOTE_DIR && if test -x .venv/bin/python; then${ENVS:+ env$ENVS} .venv/bin/python -m bert_jax.main$ARGS; \
+  "cd $REMOTE_DIR && if test -x .venv/bin/python; then env$ENVS .venv/bin/python -m bert_jax.main$ARGS; \
    else echo \"error: \$PWD/.venv/bin/python not found: run launch/tpu_pod.sh $TPU_NAME $ZONE --setup first\" >&2; exit 2; fi"

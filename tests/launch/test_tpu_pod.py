@@ -6,8 +6,10 @@ import subprocess
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
-# scp: copies the local file to the host's home; ssh: runs --command there in bash.
+# describe: worker 0's address; scp: copies the local file to the host's home; ssh: runs
+# --command there in bash.
 FAKE_GCLOUD = """#!/bin/bash
+if [[ $4 == describe ]]; then echo 10.1.2.3; exit; fi
 if [[ $4 == scp ]]; then dest="${@: -1}"; cp "${@: -2:1}" "$HOME/${dest#*:}"; exit; fi
 while [[ $1 != --command ]]; do shift; done
 cd "$HOME" && exec bash -c "$2"
@@ -37,6 +39,20 @@ def test_overrides_reach_every_worker_as_given(tmp_path):
                        env=_env(tmp_path, remote), capture_output=True, text=True)
   assert res.returncode == 0, res.stderr
   assert res.stdout.splitlines() == ["-m", "bert_jax.main", *args]
+
+
+def test_every_host_gets_worker_0_as_the_jax_coordinator(tmp_path):
+  """Without it bert_jax.main did not initialize jax.distributed on a GCE TPU VM pod (its
+  TPU_WORKER_HOSTNAMES is in the metadata, not the environment): no coordination service
+  for process 0's data preparation or the heartbeat."""
+  remote = tmp_path / "remote"
+  _exe(remote / ".venv" / "bin" / "python", '#!/bin/sh\necho "$JAX_COORDINATOR_ADDRESS"\n')
+  res = subprocess.run([os.path.join(ROOT, "launch", "tpu_pod.sh"), "pod", "zone", "--config",
+                        "c.py"], env=_env(tmp_path, remote), capture_output=True, text=True)
+  assert res.returncode == 0 and res.stdout == "10.1.2.3:8482\n", res.stderr
+  # 8482: jax's own port for a TPU cluster's coordinator.
+  from jax._src.clusters import cloud_tpu_cluster
+  assert cloud_tpu_cluster.coordinator_port == "8482"
 
 
 def test_forward_env_sets_the_named_variables_on_the_hosts(tmp_path):
