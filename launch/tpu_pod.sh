@@ -45,6 +45,14 @@ install one there and rerun with REMOTE_PYTHON=python3.11 launch/tpu_pod.sh $TPU
   exit 0
 fi
 ARGS=$(printf ' %q' "$@")
+WORKDIR=""; prev=""
+for a in "$@"; do
+  if [[ "$prev" == "--workdir" ]]; then WORKDIR=$a; elif [[ "$a" == --workdir=* ]]; then WORKDIR=${a#--workdir=}; fi
+  prev=$a
+done
+if [[ -n "$WORKDIR" && "$WORKDIR" != gs://* ]]; then
+  echo "note: --workdir $WORKDIR is on each TPU VM's own disk; the hosts of a pod must share it (gs://BUCKET/...), only a one-host slice may use it" >&2
+fi
 # jax.distributed's coordinator: worker 0 (process 0), at jax's TPU port. bert_jax.main
 # initializes jax.distributed when JAX_COORDINATOR_ADDRESS is set (a GCE TPU VM keeps
 # TPU_WORKER_HOSTNAMES in its metadata, not in the environment main looks at); the

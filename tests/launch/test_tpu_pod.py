@@ -49,7 +49,13 @@ def test_every_host_gets_worker_0_as_the_jax_coordinator(tmp_path):
   _exe(remote / ".venv" / "bin" / "python", '#!/bin/sh\necho "$JAX_COORDINATOR_ADDRESS"\n')
   res = subprocess.run([os.path.join(ROOT, "launch", "tpu_pod.sh"), "pod", "zone", "--config",
                         "c.py"], env=_env(tmp_path, remote), capture_output=True, text=True)
-  assert res.returncode == 0 and res.stdout == "10.1.2.3:8482\n", res.stderr
+  assert res.returncode == 0 and res.stdout == "10.1.2.3:8482\n" and res.stderr == "", res.stderr
+  res = subprocess.run([os.path.join(ROOT, "launch", "tpu_pod.sh"), "pod", "zone", "--config",
+                        "c.py", "--workdir", "runs/x"], env=_env(tmp_path, remote),
+                       capture_output=True, text=True)
+  assert res.returncode == 0 and res.stderr == (
+      "note: --workdir runs/x is on each TPU VM's own disk; the hosts of a pod must share it "
+      "(gs://BUCKET/...), only a one-host slice may use it\n")
   # 8482: jax's own port for a TPU cluster's coordinator.
   from jax._src.clusters import cloud_tpu_cluster
   assert cloud_tpu_cluster.coordinator_port == "8482"
