@@ -18,6 +18,14 @@ from bert_jax.train import losses
 from bert_jax.train.defaults import transformer_config
 
 
+# The fields that decide the params' shapes: an init_from differing in one cannot load.
+# (config field, the TransformerConfig attribute holding its effective value)
+_SIZE_FIELDS = (("num_layers", "num_layers"), ("hidden_size", "hidden_size"),
+                ("num_heads", "num_heads"), ("head_dim", "d_head"), ("mlp_dim", "d_mlp"),
+                ("vocab_size", "vocab_size"), ("max_len", "max_len"),
+                ("type_vocab_size", "type_vocab_size"))
+
+
 class PretrainingTask:
   """MLM + NSP (google-research/bert) or MLM only (RoBERTa-style packed rows)."""
 
@@ -101,6 +109,14 @@ class PretrainingTask:
   def load_pretrained_params(self, path: str, template):
     """Params from an HF BERT directory or one of our checkpoints, checked against ours."""
     from bert_jax import checkpoint, pretrained  # pylint: disable=g-import-not-at-top
+    source, _, _ = pretrained.load_encoder(path, with_params=False)
+    changed = [f"model.{k}={getattr(source, a)!r} (this run: {getattr(self.model_config, a)!r})"
+               for k, a in _SIZE_FIELDS if getattr(source, a) != getattr(self.model_config, a)]
+    if changed:  # one line, not the shape check's listing of every array
+      raise checkpoint.CheckpointMismatchError(
+          f"config.init_from {path} is a model of another size: {', '.join(changed)}. Set "
+          "these --config.model.* (the vocabulary: data.vocab_path to its vocab) or start "
+          "from a checkpoint of this run's size.")
     params = pretrained.load_pretraining_params(path, nsp=self.nsp)
     if self.model_config.scan_layers:
       params = unrolled_to_scan(params)

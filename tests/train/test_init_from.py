@@ -58,5 +58,11 @@ def test_init_from_our_checkpoint_and_wrong_shape(tmp_path):
   wide_task = PretrainingTask(wide)
   wide_template = nn.unbox(jax.eval_shape(lambda: wide_task.init(jax.random.key(0),
                                                                  random_batch(0)))["params"])
-  with pytest.raises(ckpt_lib.CheckpointMismatchError, match="shape mismatch"):
+  with pytest.raises(ckpt_lib.CheckpointMismatchError) as info:
     wide_task.load_pretrained_params(str(tmp_path), wide_template)
+  # One line naming the size fields (it was a listing of every mis-shaped array).
+  assert str(info.value) == (
+      f"config.init_from {tmp_path} is a model of another size: model.hidden_size="
+      f"{cfg.model.hidden_size} (this run: 48), model.head_dim={task.model_config.d_head} "
+      f"(this run: {wide_task.model_config.d_head}). Set these --config.model.* (the "
+      "vocabulary: data.vocab_path to its vocab) or start from a checkpoint of this run's size.")
