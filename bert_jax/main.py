@@ -57,7 +57,9 @@ def set_compilation_cache(directory: str | None) -> str:
 
 def _maybe_initialize_distributed():
   import os  # pylint: disable=g-import-not-at-top
+  from absl import logging  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
+  from bert_jax import platforms  # pylint: disable=g-import-not-at-top
   # Cross-process collectives between CPU devices (multi-process CPU runs, tests); it
   # does not affect GPU/TPU collectives. Must precede any backend initialization.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -67,8 +69,16 @@ def _maybe_initialize_distributed():
   elif any(v in os.environ for v in ("SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES",
                                      "JAX_COORDINATOR_ADDRESS")) and \
       int(os.environ.get("SLURM_NTASKS", "2")) > 1:
-    # Cluster auto-detection (SLURM, TPU pods).
+    # Cluster auto-detection (SLURM, GKE TPU pods, launch/tpu_pod.sh).
     jax.distributed.initialize(heartbeat_timeout_seconds=FLAGS.heartbeat_timeout)
+  elif platforms.tpu_chips():
+    # A Cloud TPU VM (gcloud tpu-vm create) keeps its slice's worker list in the VM's
+    # metadata, not in the environment: jax's auto-detection reads it there. Without
+    # this, a pod started by plain ssh ran every host as a one-process job.
+    try:
+      jax.distributed.initialize(heartbeat_timeout_seconds=FLAGS.heartbeat_timeout)
+    except ValueError as e:  # jax found no cluster: a TPU host outside a pod slice
+      logging.warning("TPU chips here but no TPU cluster found (%s): one process.", e)
 
 
 def run(config, workdir: str):

@@ -33,22 +33,31 @@ _ENV = ("JAX_PLATFORMS", "JAX_FORCE_TPU_INIT", "TPU_WORKER_HOSTNAMES", "TPU_WORK
         "TPU_ACCELERATOR_TYPE", "TPU_NAME", "TPU_HOST_BOUNDS", "TPU_CHIPS_PER_HOST_BOUNDS",
         "TPU_PROCESS_BOUNDS", "TPU_PROCESS_ADDRESSES", "TPU_VISIBLE_CHIPS", "TPU_ML_PLATFORM")
 _GOOGLE_PCI_VENDOR = "0x1ae0"
-_DEVICE_FILES = ("dev/accel*", "dev/vfio/[0-9]*", "dev/nvidia0", "dev/nvidiactl", "dev/dxg",
-                 "dev/kfd")
+_TPU_DEVICE_FILES = ("dev/accel*", "dev/vfio/[0-9]*")
+_GPU_DEVICE_FILES = ("dev/nvidia0", "dev/nvidiactl", "dev/dxg", "dev/kfd")
+
+
+def tpu_chips(root: str = "/") -> list[str]:
+  """This host's TPU chips as the PCI bus and /dev show them (Google PCI devices, TPU
+  device files), found without starting a backend or asking the network."""
+  chips = []
+  for vendor in glob.glob(os.path.join(root, "sys/bus/pci/devices/*/vendor")):
+    try:
+      with open(vendor, encoding="ascii") as f:
+        if f.read().strip() == _GOOGLE_PCI_VENDOR:
+          chips.append(vendor)
+    except OSError:
+      continue
+  for pattern in _TPU_DEVICE_FILES:
+    chips += glob.glob(os.path.join(root, pattern))
+  return chips
 
 
 def accelerator_signs(root: str = "/", environ=None) -> list[str]:
   """What suggests that jax could find an accelerator here (empty: nothing)."""
   environ = os.environ if environ is None else environ
-  signs = [k for k in _ENV if environ.get(k)]
-  for vendor in glob.glob(os.path.join(root, "sys/bus/pci/devices/*/vendor")):
-    try:
-      with open(vendor, encoding="ascii") as f:
-        if f.read().strip() == _GOOGLE_PCI_VENDOR:
-          signs.append(vendor)
-    except OSError:
-      continue
-  for pattern in _DEVICE_FILES:
+  signs = [k for k in _ENV if environ.get(k)] + tpu_chips(root)
+  for pattern in _GPU_DEVICE_FILES:
     signs += glob.glob(os.path.join(root, pattern))
   if root == "/":  # the installed plugins are this interpreter's, not a test root's
     import importlib.metadata  # pylint: disable=g-import-not-at-top  (60 ms; jax needs it anyway)

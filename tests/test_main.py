@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
-from bert_jax import main
+from bert_jax import main, platforms
 
 
 @pytest.fixture
@@ -33,3 +33,34 @@ def test_compilation_cache_default_flag_and_off(restore_cache_dir, tmp_path, mon
   assert main.set_compilation_cache(str(chosen)) == str(chosen)
   jax.jit(lambda x: jnp.sin(x) * 3.25 + 0.125)(jnp.arange(7.0)).block_until_ready()
   assert chosen.is_dir() and os.listdir(chosen)
+
+
+def test_a_cloud_tpu_vm_joins_its_pod_slice_without_launcher_variables(monkeypatch):
+  """gcloud's TPU VMs keep the slice's worker list in their metadata, not in the
+  environment: TPU chips on the PCI bus are enough to ask jax's auto-detection."""
+  import types  # pylint: disable=g-import-not-at-top
+  for var in ("SLURM_JOB_ID", "TPU_WORKER_HOSTNAMES", "JAX_COORDINATOR_ADDRESS"):
+    monkeypatch.delenv(var, raising=False)
+  monkeypatch.setattr(main, "FLAGS", types.SimpleNamespace(coordinator_address=None,
+                                                           heartbeat_timeout=77))
+  monkeypatch.setattr(jax.config, "update", lambda *a: None)  # gloo: only before backends start
+  calls = []
+
+  def initialize(**kwargs):
+    calls.append(kwargs)
+    if outcome:
+      raise outcome
+
+  monkeypatch.setattr(jax.distributed, "initialize", initialize)
+  chips = []
+  monkeypatch.setattr(platforms, "tpu_chips", lambda: chips)
+  outcome = None
+  main._maybe_initialize_distributed()  # a CPU machine: a one-process job, nothing asked
+  assert calls == []
+  chips.append("/sys/bus/pci/devices/0000:00:04.0/vendor")
+  main._maybe_initialize_distributed()
+  assert calls == [{"heartbeat_timeout_seconds": 77}]
+  # A TPU host that is no pod slice: jax finds no cluster and the run goes on alone.
+  outcome = ValueError("coordinator_address should be defined.")
+  main._maybe_initialize_distributed()
+  assert len(calls) == 2

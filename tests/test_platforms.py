@@ -85,3 +85,9 @@ def test_entry_points_print_no_libtpu_noise():
   assert first.stdout.strip() == "cpu", first.stderr
   for proc in (cli, first):
     assert not [n for n in NOISE if n in proc.stderr], proc.stderr
+
+
+def test_tpu_chips_are_the_google_pci_devices_and_tpu_device_files(tmp_path):
+  assert platforms.tpu_chips(_machine(tmp_path / "cpu", ["0x1af4", "0x8086"], ["nvidia0"])) == []
+  chips = platforms.tpu_chips(_machine(tmp_path / "tpu", ["0x8086", "0x1ae0"], ["accel0"]))
+  assert len(chips) == 2 and chips[0].endswith("vendor") and chips[1].endswith("accel0")
