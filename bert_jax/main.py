@@ -111,11 +111,19 @@ def main(argv):
   try:
     paths.check_workdir(FLAGS.workdir)
     paths.check_config(config)  # init_from, data and predict paths
-    run(config, FLAGS.workdir)
+    result = run(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError, *full_disk) as e:
     # Printed once (an absl logging.error here showed every message twice on stderr).
     print(f"error: {e.strerror if isinstance(e, full_disk) else e}", file=sys.stderr)
     sys.exit(2)
+  sys.exit(exit_status(result))
+
+
+def exit_status(result) -> int:
+  """0 for a finished or preempted (SIGTERM) run, whose scheduler requeues it; 130, the
+  shell's code for Ctrl-C, for a run a user stopped (saved first): `main && next` must
+  not go on to `next` with a half-trained model."""
+  return 130 if isinstance(result, dict) and result.get("stopped_by") == "SIGINT" else 0
 
 
 def entry():

@@ -64,3 +64,12 @@ def test_a_cloud_tpu_vm_joins_its_pod_slice_without_launcher_variables(monkeypat
   outcome = ValueError("coordinator_address should be defined.")
   main._maybe_initialize_distributed()
   assert len(calls) == 2
+
+
+def test_a_run_stopped_by_ctrl_c_exits_130_after_its_save():
+  """The loop saves on a first Ctrl-C as on SIGTERM (tests/train/test_loop.py), but only
+  preemption exits 0: a user's stop must not let `main && next` go on."""
+  assert main.exit_status({"step": 6, "preempted": False, "stopped_by": ""}) == 0
+  assert main.exit_status({"step": 3, "preempted": True, "stopped_by": "SIGTERM"}) == 0
+  assert main.exit_status({"step": 3, "preempted": True, "stopped_by": "SIGINT"}) == 130
+  assert main.exit_status(None) == 0  # predict mode and tasks with their own trainer

@@ -383,7 +383,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
 
   ckpt.close()
   # --------------------------------------------------- (6) summary
-  result = {"step": step, "preempted": preempt.requested, **summary,
+  result = {"step": step, "preempted": preempt.requested, "stopped_by": preempt.name,
+            **summary,
             **{f"eval/{k}": v for k, v in last_eval.items()}}
   if not preempt.requested:  # a finished run: its config and final metrics side by side
     writer.write_hparams(config.to_dict(), {k: v for k, v in result.items() if "/" in k})
