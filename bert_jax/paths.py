@@ -109,6 +109,13 @@ def check_config(config) -> None:
       value = value.get(part) if hasattr(value, "get") else None
     if isinstance(value, str):
       check_filesystem(value, f"config.{key}")
+  data = config.get("data") or {}
+  if data.get("source") == "file" and config.get("mode", "train") == "train":
+    # Named with its key now, not as a bare "[Errno 2] No such file" from the reader.
+    for key in ("train_file", "eval_file", "test_file"):
+      for path in str(data.get(key) or "").split(","):  # translation: "x.src,x.tgt"
+        if path and not is_remote(path) and not os.path.exists(path):
+          raise FileNotFoundError(f"config.data.{key}: {path} does not exist.")
   init_from = config.get("init_from")
   if init_from and not is_remote(init_from) and not os.path.exists(init_from):
     # Named now, not as a bare "Checkpoint path ... does not exist" after data preparation.

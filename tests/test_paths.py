@@ -29,3 +29,22 @@ def test_a_workdir_that_is_a_file_is_one_error(tmp_path):
   assert notes.read_text() == "mine"
   paths.check_workdir(str(tmp_path))            # an existing run directory
   paths.check_workdir(str(tmp_path / "new"))    # created by the run
+
+
+def test_a_missing_data_file_is_named_with_its_key(tmp_path):
+  """Was '[Errno 2] No such file or directory: ...' from the reader, naming no key."""
+  train = tmp_path / "train.csv"
+  train.write_text("text,label\n")
+  config = ml_collections.ConfigDict({"init_from": "", "data": {
+      "source": "file", "train_file": str(train), "eval_file": str(tmp_path / "dev.csv")}})
+  with pytest.raises(FileNotFoundError) as info:
+    paths.check_config(config)
+  assert str(info.value) == f"config.data.eval_file: {tmp_path}/dev.csv does not exist."
+  config.data.eval_file = f"{train},{tmp_path}/x.tgt"  # translation's source,target pair
+  with pytest.raises(FileNotFoundError, match=r"eval_file: .*/x.tgt does not exist"):
+    paths.check_config(config)
+  config.data.eval_file = str(train)
+  paths.check_config(config)
+  config.data.source = "tfds"  # names of datasets, not files
+  config.data.eval_file = "nope"
+  paths.check_config(config)
