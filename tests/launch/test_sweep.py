@@ -280,7 +280,10 @@ pathlib.Path(sys.argv[1]).write_text("saved")
 def test_ctrl_c_lets_a_local_run_save_and_stops_the_sweep(tmp_path):
   """subprocess.call killed the run 0.25 s after Ctrl-C, before it could save."""
   saved = tmp_path / "saved"
-  parent = (f"import importlib.util, sys\n"
+  # A terminal's Python turns SIGINT into KeyboardInterrupt; a test run started in the
+  # background inherits SIGINT ignored (POSIX shells do that to `&` jobs), so say it here.
+  parent = (f"import importlib.util, signal, sys\n"
+            f"signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             f"spec = importlib.util.spec_from_file_location('sweep', {os.path.join(ROOT, 'launch', 'sweep.py')!r})\n"
             f"m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
             f"print(m.run_to_end([sys.executable, '-c', {CHILD!r}, {str(saved)!r}]), flush=True)\n")
