@@ -78,11 +78,17 @@ class InstanceSource:
             int(f["is_random_next"].int64_list.value[0]))
 
   def __getitem__(self, index: int):
-    return self.__getitems__([index])[0]
+    # One record through the source's own __getitem__: its __getitems__ of one index
+    # costs ~10x more (tests/data/test_beam.py reads every record this way).
+    return self._parse(self._read(lambda: self._source[index]))
 
   def __getitems__(self, indices):
+    return [self._parse(r)
+            for r in self._read(lambda: self._source.__getitems__(list(indices)))]
+
+  def _read(self, fetch):
     try:
-      records = self._source.__getitems__(list(indices))
+      return fetch()
     except RuntimeError as e:  # array_record: a chunk whose checksum fails (bad disk, copy)
       instances_dir, split = self._args
       root = os.path.dirname(os.path.dirname(instances_dir))  # <root>/<builder>/<version>
@@ -91,7 +97,6 @@ class InstanceSource:
           f"prepared data is damaged: a {split} record of {instances_dir} cannot be read "
           f"({detail}). Remove it and prepare again with the same command: rm -rf {root}"
       ) from None
-    return [self._parse(r) for r in records]
 
 
 class BatchMaker:

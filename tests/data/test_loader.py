@@ -304,3 +304,6 @@ def test_a_record_that_fails_its_checksum_is_named_with_the_fix(tiny, tmp_path):
                             "cannot be read (") and "Corrupted" in message, message
   assert message.endswith(f"). Remove it and prepare again with the same command: rm -rf {root}")
   assert len(message.splitlines()) == 1
+  with pytest.raises(CorruptDataError, match="prepared data is damaged"):  # one at a time
+    for i in range(len(source)):
+      source[i]  # pylint: disable=pointless-statement
