@@ -30,6 +30,7 @@ import re
 import shlex
 import subprocess
 import sys
+from typing import Sequence
 
 
 class hyper:  # pylint: disable=invalid-name
@@ -62,14 +63,19 @@ def _load_module(config_path: str):
   return module
 
 
-def load_sweep(config_path: str) -> list[dict]:
+def load_sweep(config_path: str, extra: Sequence[str] = ()) -> list[dict]:
+  """The sweep's points (their overrides), checked against the config once, before any
+  run is started or submitted: an unknown `file.py:arg`, or a sweep key or --config.x flag
+  of `extra` that the config lacks, is one ValueError here, not a failure in every run."""
   path, _, arg = config_path.partition(":")
   module = _load_module(config_path)
   if not hasattr(module, "get_sweep"):
     raise ValueError(f"{path} defines no get_sweep(hyper); configs that do: "
                      f"{', '.join(_configs_with_sweeps(path)) or 'none beside it'}")
-  module.get_config(arg or None)  # an unknown `file.py:arg` fails here, not in every run
-  return module.get_sweep(hyper)
+  config = module.get_config(arg or None)
+  points = module.get_sweep(hyper)
+  _check_keys(config, points, extra)
+  return points
 
 
 def _configs_with_sweeps(path: str) -> list[str]:
@@ -93,8 +99,7 @@ def commands(config: str, workdir_root: str, extra: list[str], python: str = "py
              where: tuple[str, ...] = ()):
   """[(workdir, argv)] for every point of the sweep (those `where` selects; a point's
   workdir keeps its index in the whole sweep, so a selection reruns the same workdirs)."""
-  points = load_sweep(config)
-  check_keys(config, points, extra)
+  points = load_sweep(config, extra)
   chosen = select(points, list(where))
   out = []
   for i, overrides in enumerate(points):
@@ -107,11 +112,8 @@ def commands(config: str, workdir_root: str, extra: list[str], python: str = "py
   return out
 
 
-def check_keys(config_path: str, points: list[dict], extra: list[str]) -> None:
-  """Raises ValueError naming the first sweep key or --config.x flag the config lacks:
-  a misspelled key fails here once, before any run is started or submitted."""
-  arg = config_path.split(":", 1)[1] if ":" in config_path else None
-  config = _load_module(config_path).get_config(arg)
+def _check_keys(config, points: list[dict], extra: Sequence[str]) -> None:
+  """Raises ValueError naming the first sweep key or --config.x flag `config` lacks."""
   keys = [f[2:].partition("=")[0] for f in extra] + [k for p in points for k in p]
   for key in dict.fromkeys(keys):
     node, path = config, "config"
@@ -189,8 +191,7 @@ def aot_rows(config_path: str, topology: str, extra: list[str], jsonl: str = "",
   from bert_jax import chips  # pylint: disable=g-import-not-at-top
   from bert_jax.aot import check as check_lib, report as report_lib  # pylint: disable=g-import-not-at-top
   chips.parse_topology(topology)  # an unknown name: one error, not one per point
-  points = load_sweep(config_path)
-  check_keys(config_path, points, extra)
+  points = load_sweep(config_path, extra)
   rows = []
   too_big = {}  # strategy (the overrides but the batch) -> smallest batch that did not fit
   done = _compiled_rows(jsonl, topology, extra)
