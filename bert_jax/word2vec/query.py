@@ -14,7 +14,7 @@ import sys
 
 from absl import app, flags
 
-from bert_jax.word2vec.vectors import WordVectors, load_word2vec_format
+from bert_jax.word2vec.vectors import WordVectors, is_binary, load_word2vec_format
 
 FLAGS = flags.FLAGS
 
@@ -55,13 +55,6 @@ def run_queries(wv: WordVectors, neighbors=(), analogies=(), topn: int = 10) -> 
   return out
 
 
-def _binary(flag_values) -> bool:
-  """The format load_word2vec_format read: --binary, else guessed from a .bin suffix."""
-  if flag_values.binary is None:
-    return flag_values.vectors.endswith(".bin")
-  return flag_values.binary
-
-
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -71,8 +64,9 @@ def main(argv):
     print(f"error: --vectors {FLAGS.vectors} does not exist", file=sys.stderr)
     sys.exit(2)
   except (ValueError, UnicodeDecodeError) as e:  # not a word2vec file, or cut short
-    print(f"error: --vectors {FLAGS.vectors} is not a readable word2vec "
-          f"{'binary' if _binary(FLAGS) else 'text'} file: {e}", file=sys.stderr)
+    kind = "binary" if is_binary(FLAGS.vectors, FLAGS.binary) else "text"
+    print(f"error: --vectors {FLAGS.vectors} is not a readable word2vec {kind} file: {e}",
+          file=sys.stderr)
     sys.exit(2)
   print(f"{len(wv.words)} vectors of dimension {wv.vectors.shape[1]} from {FLAGS.vectors}")
   blocks = run_queries(wv, FLAGS.neighbors, FLAGS.analogy, FLAGS.topn)

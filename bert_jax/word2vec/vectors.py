@@ -212,10 +212,14 @@ def save_word2vec_format(path: str, words: Sequence[str], vectors: np.ndarray,
         f.write((w + " " + " ".join("%.9g" % x for x in row) + "\n").encode("utf8"))
 
 
+def is_binary(path: str, binary: bool | None = None) -> bool:
+  """The format load_word2vec_format reads: `binary` if given, else a `.bin` suffix."""
+  return path.endswith(".bin") if binary is None else binary
+
+
 def load_word2vec_format(path: str, binary: bool | None = None) -> WordVectors:
   """Reads either format (binary guessed from a `.bin` suffix when not given)."""
-  if binary is None:
-    binary = path.endswith(".bin")
+  binary = is_binary(path, binary)
   with path_lib.resolve(path).open("rb") as f:  # local or gs://
     header = f.readline().decode("utf8").split()
     if len(header) != 2:
