@@ -54,10 +54,10 @@ if [[ -n "$WORKDIR" && "$WORKDIR" != gs://* ]]; then
   echo "note: --workdir $WORKDIR is on each TPU VM's own disk; the hosts of a pod must share it (gs://BUCKET/...), only a one-host slice may use it" >&2
 fi
 # jax.distributed's coordinator: worker 0 (process 0), at jax's TPU port. bert_jax.main
-# initializes jax.distributed when JAX_COORDINATOR_ADDRESS is set (a GCE TPU VM keeps
-# TPU_WORKER_HOSTNAMES in its metadata, not in the environment main looks at); the
-# process ids and count come from the VM's metadata. A TPU name that does not exist
-# ends here with gcloud's NOT_FOUND line.
+# initializes jax.distributed on a TPU VM (platforms.tpu_chips) or when
+# JAX_COORDINATOR_ADDRESS is set; jax's own detection would take worker 0 from the VM's
+# metadata too, and this names it explicitly. The process ids and count come from the
+# metadata. A TPU name that does not exist ends here with gcloud's NOT_FOUND line.
 if [[ -n "${DRY_RUN:-}" ]]; then
   run gcloud compute tpus tpu-vm describe "$TPU_NAME" --zone="$ZONE" \
     "--format=value(networkEndpoints[0].ipAddress)"
