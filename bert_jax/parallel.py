@@ -7,7 +7,9 @@ this table or of the mesh shape in the config, never of model code.
 """
 from __future__ import annotations
 
+import collections
 import contextvars
+import dataclasses
 import functools
 import math
 from typing import Any, Sequence
@@ -204,15 +206,88 @@ def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
   return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
 
 
-def host_to_global(batch: dict, mesh: Mesh) -> dict:
+@dataclasses.dataclass(frozen=True)
+class RowShards:
+  """How the processes of a mesh split a batch's rows: the loader's view of the mesh.
+
+  The batch's rows are cut into `data_parallel_size` blocks (one per (data, fsdp) index),
+  and a process must feed exactly the rows of the blocks its devices hold. Processes whose
+  devices hold the same blocks (tensor parallelism across hosts, as on every pod with a
+  tensor axis) form one row shard and load identical rows; `count` shards together load
+  the global batch once. This replaces `process_count` / `process_index`, which are the
+  shards only when no block spans processes (jax's own `get_process_index_and_count`
+  reasons the same way).
+  """
+
+  count: int  # distinct row shards: batch_size / count rows per process
+  index: int  # this process's shard, in the order of the blocks' rows
+  hosts_per_block: int  # processes feeding (and holding) each batch block
+  blocks_per_shard: int  # batch blocks each process holds
+  processes: int
+
+  def describe(self) -> str:
+    return (f"{self.processes} processes, {self.count} row shards (each block on "
+            f"{self.hosts_per_block} host{'s' * (self.hosts_per_block > 1)}, "
+            f"{self.blocks_per_shard} block{'s' * (self.blocks_per_shard > 1)} a host)")
+
+
+def row_shards(mesh: Mesh, process_index: int | None = None) -> RowShards:
+  """The RowShards of `mesh` seen from `process_index` (default this process).
+
+  Works on any device list carrying process indices (a libtpu topology description too:
+  bert_jax.aot reports a pod's layout before it is rented). Raises ValueError naming the
+  mesh, the process count and what to change where processes hold overlapping but
+  different sets of blocks, or different numbers of them: no loader can feed that layout
+  without loading rows twice or splitting a block.
+  """
+  blocks = data_parallel_size(mesh)
+  index_map = batch_sharding(mesh, 1).devices_indices_map((blocks,))
+  held: dict[int, set[int]] = collections.defaultdict(set)
+  for device, (rows,) in index_map.items():
+    held[device.process_index].add(rows.start)
+  pid = jax.process_index() if process_index is None else process_index
+  return shards_of_blocks(held, pid, tuple(mesh.shape[a] for a in MESH_AXES))
+
+
+def shards_of_blocks(held: dict[int, set[int]], pid: int, shape: tuple) -> RowShards:
+  """RowShards from {process: the batch blocks its devices hold} (row_shards' core)."""
+  sets = {p: frozenset(b) for p, b in held.items()}
+  distinct = sorted(set(sets.values()), key=min)
+  sizes = {len(b) for b in distinct}
+  overlap = any(a & b for i, a in enumerate(distinct) for b in distinct[i + 1:])
+  if len(sizes) > 1 or overlap:
+    example = "; ".join(f"process {p}: blocks {sorted(b)}" for p, b in sorted(sets.items())[:4])
+    raise ValueError(
+        f"config.mesh_shape={shape} on {len(sets)} processes splits the batch's "
+        "(data x fsdp) blocks unevenly "
+        f"({example}{'; ...' if len(sets) > 4 else ''}): each process must hold whole "
+        "blocks that no other process holds only in part. Choose config.mesh_shape so "
+        "that tensor (x fsdp) devices of one block lie within one host or span whole "
+        "hosts, e.g. tensor = the devices per host or a divisor of it.")
+  if pid not in sets:
+    raise ValueError(f"process {pid} holds no device of the mesh {shape}.")
+  hosts = collections.Counter(sets.values())
+  return RowShards(count=len(distinct), index=distinct.index(sets[pid]),
+                   hosts_per_block=max(hosts.values()), blocks_per_shard=sizes.pop(),
+                   processes=len(sets))
+
+
+def host_to_global(batch: dict, mesh: Mesh, shards: RowShards | None = None) -> dict:
   """This process's rows of a batch (numpy) -> global jax.Arrays, rows over BATCH_AXES.
 
-  The global batch is the processes' batches concatenated in process order; every
-  other dimension is replicated.
+  The process's rows are those of its row shard (`row_shards`): every process of a shard
+  passes the same rows, and the global batch has `shards.count` times as many rows as
+  each passes (its true shape also when blocks span processes: without it jax would
+  take the processes' rows as distinct and build a batch of the wrong size). Every other
+  dimension is replicated.
   """
-  return {k: jax.make_array_from_process_local_data(batch_sharding(mesh, np.ndim(v)),
-                                                    np.asarray(v))
-          for k, v in batch.items()}
+  count = (shards or row_shards(mesh)).count
+  out = {}
+  for k, v in batch.items():
+    v = np.asarray(v)
+    out[k] = jax.make_array_from_process_local_data(
+        batch_sharding(mesh, v.ndim), v, (v.shape[0] * count,) + v.shape[1:])
+  return out
 
 
 def spread_over_all_devices(tree):

@@ -244,14 +244,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   tc = config.train
   # ---------------------------------------------------------------- (1) setup
   mesh = parallel.create_mesh(tuple(config.mesh_shape))
-  nproc, pidx = jax.process_count(), jax.process_index()
-  if tc.batch_size <= 0 or tc.batch_size % parallel.data_parallel_size(mesh) or (
-      tc.batch_size % nproc):
+  # Rows by batch block, not by process: processes that share a block load the same rows.
+  shards = parallel.row_shards(mesh)
+  shard, nshards = shards.index, shards.count
+  if tc.batch_size <= 0 or tc.batch_size % parallel.data_parallel_size(mesh):
     raise ValueError(f"train.batch_size={tc.batch_size} must be a positive multiple of the "
-                     f"{parallel.data_parallel_size(mesh)} data-parallel devices and the "
-                     f"{nproc} processes.")
+                     f"{parallel.data_parallel_size(mesh)} data-parallel devices "
+                     f"(config.mesh_shape resolved to {tuple(mesh.shape.values())}).")
   check_counts(tc)
-  host_batch = tc.batch_size // nproc
+  host_batch = tc.batch_size // nshards  # rows this process loads
   wandb_run.check_available(config)
   writer = MetricWriter(workdir, wandb_run=wandb_run.start(config, workdir))
   task.prepare(workdir)
@@ -259,7 +260,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   tx, schedule = optim.make_optimizer(tc, total_steps)
   plan = _phase_plan(config, total_steps)
 
-  to_global = functools.partial(parallel.host_to_global, mesh=mesh)
+  to_global = functools.partial(parallel.host_to_global, mesh=mesh, shards=shards)
 
   # --------------------------------------------------- (2) sharded state
   dummy = task.dummy_batch(tc.batch_size, **task.phase_shapes(plan[0][2]))
@@ -274,7 +275,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   start_step = 0
   latest = ckpt.latest_step()
   phase = _phase_of(plan, latest or 0)
-  train_iter = task.train_iterator(plan[phase][2], host_batch, pidx, nproc, config.seed)
+  train_iter = task.train_iterator(plan[phase][2], host_batch, shard, nshards, config.seed)
   if latest is not None:
     try:
       restored = ckpt.restore(abstract, data_iterator=train_iter)
@@ -286,7 +287,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     if meta.get("phase", phase) != _phase_of(plan, start_step):
       # Saved at a phase boundary: the new phase starts its own data stream.
       phase = _phase_of(plan, start_step)
-      train_iter = task.train_iterator(plan[phase][2], host_batch, pidx, nproc, config.seed)
+      train_iter = task.train_iterator(plan[phase][2], host_batch, shard, nshards, config.seed)
     log(f"resumed from {ckpt.directory}/{got} at step {start_step}")
   elif config.get("init_from"):
     params = task.load_pretrained_params(config.init_from, state.params)
@@ -296,7 +297,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   writer.resume_at(start_step)
   phase = _phase_of(plan, start_step)
   if eval_every:  # fail now, not after hours of training, if there is nothing to eval on
-    task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)
+    task.eval_iterator(plan[phase][2], host_batch, shard, nshards)
 
   # --------------------------------------------------- (4) compile steps
   p_train, p_eval = jit_steps(task, tx, schedule, tc, state_sh, mesh)
@@ -307,7 +308,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
       jax.default_backend() != "cpu" else "float32")
   n_params = sum(x.size for x in jax.tree_util.tree_leaves(abstract.params))
   log(f"task {task.name} | model {n_params / 1e6:.2f}M params | mesh "
-      f"{dict(mesh.shape)} | {jax.device_count()} devices, {nproc} processes | "
+      f"{dict(mesh.shape)} | {jax.device_count()} devices, {shards.describe()} | "
       f"steps {start_step}->{total_steps}")
   if start_step >= total_steps:  # a finished run again, or its num_steps lowered below it
     log(f"nothing to train: {ckpt.directory} is at step {start_step} and this run ends at "
@@ -328,7 +329,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     while step < total_steps:
       if _phase_of(plan, step) != phase:
         phase = _phase_of(plan, step)
-        train_iter = task.train_iterator(plan[phase][2], host_batch, pidx, nproc, config.seed)
+        train_iter = task.train_iterator(plan[phase][2], host_batch, shard, nshards, config.seed)
         step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
         log(f"phase {phase}: {plan[phase][2]}")
       batch = to_global(next(train_iter))
@@ -365,7 +366,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
       paused = time.perf_counter()
       scored_now = False
       if eval_every and (step % eval_every == 0 or step == total_steps):
-        eval_iter = task.eval_iterator(plan[phase][2], host_batch, pidx, nproc)
+        eval_iter = task.eval_iterator(plan[phase][2], host_batch, shard, nshards)
         last_eval = evaluate(p_eval, task, state.params, eval_iter, tc.eval_steps, to_global)
         scored_now = bool(last_eval)
         if last_eval:

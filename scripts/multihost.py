@@ -1,0 +1,185 @@
+"""Multi-process equivalence: the same run on 1 x 8, 2 x 4 and 4 x 2 local CPU processes.
+
+The contract (ARCHITECTURE.md "Hosts load rows by batch block"): any mesh on any number of
+processes trains exactly what one process with all the devices trains. This runs
+`python -m bert_jax.main` as N processes on 127.0.0.1 (jax.distributed, 8/N fake CPU
+devices each) for every mesh x process count and compares each run's per-step losses and
+eval metrics with the one-process run of the same mesh:
+
+  .venv/bin/python scripts/multihost.py                        # the full matrix (RESULTS)
+  .venv/bin/python scripts/multihost.py --tasks pretraining --meshes 1,1,8 --processes 1,2
+
+tests/train/test_multihost.py runs two cells of it through `launch` and `compare`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import portpicker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+  sys.path.insert(0, ROOT)
+
+from scripts import fault_campaign  # pylint: disable=wrong-import-position
+
+CORPUS = os.path.join(ROOT, "tests", "testdata", "data", "tiny_corpus.txt")
+MESHES = ((8, 1, 1), (2, 2, 2), (2, 1, 4), (1, 2, 4), (1, 1, 8))
+PROCESSES = (1, 2, 4)
+DEVICES = 8
+
+_TINY_MODEL = ["--config.model.hidden_size=32", "--config.model.num_heads=8",
+               "--config.model.mlp_dim=64", "--config.model.dropout_rate=0.0",
+               "--config.model.attention_dropout_rate=0.0"]
+
+
+def task_flags(task: str, data_dir: str, num_steps: int = 6) -> list[str]:
+  """Flags of a tiny run of `task` on tests/testdata's corpus: 8 heads (so a tensor axis of 8
+  splits them), dropout 0 (the per-step losses are then a function of the data alone),
+  batch 16, every step logged, one eval at the end."""
+  common = [f"--config.train.num_steps={num_steps}", "--config.train.batch_size=16",
+            "--config.train.log_every=1", f"--config.train.eval_every={num_steps}",
+            f"--config.train.checkpoint_every={num_steps}", "--config.train.warmup_steps=2",
+            "--config.train.async_checkpoints=False", f"--config.data.data_dir={data_dir}"]
+  if task == "pretraining":  # NSP + MLM: both heads, the pooler, masked positions
+    return ["--config=configs/bert_tiny.py", "--config.data.corpus=text",
+            f"--config.data.text_files={CORPUS}", "--config.data.vocab_size=256",
+            "--config.model.vocab_size=256", "--config.data.max_seq_length=16",
+            "--config.model.max_len=16", "--config.data.max_predictions_per_seq=4",
+            "--config.data.dupe_factor=10", "--config.data.validation_fraction=0.4",
+            "--config.train.eval_steps=0", *_TINY_MODEL, *common]
+  if task == "lm":  # GPT: causal attention, a trained BPE, token streams
+    return ["--config=configs/gpt.py:tiny,text", f"--config.data.text_files={CORPUS}",
+            "--config.data.vocab_size=512", "--config.model.vocab_size=512",
+            "--config.data.max_seq_length=32", "--config.model.max_len=32",
+            "--config.data.validation_fraction=0.4", "--config.model.num_layers=2",
+            "--config.train.eval_steps=0", *_TINY_MODEL, *common]
+  raise ValueError(f"unknown task {task!r}: expected pretraining or lm")
+
+
+def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 900,
+           env: dict | None = None) -> list[fault_campaign.Run]:
+  """Runs `python -m bert_jax.main FLAGS --workdir WORKDIR` as `processes` processes of
+  8/processes fake CPU devices each (one process: no jax.distributed); returns each one's
+  Run once all ended (all are killed at `timeout`)."""
+  per = DEVICES // processes
+  base = dict(env or fault_campaign.child_env(),
+              XLA_FLAGS=_xla_flags(per), JAX_PLATFORMS="cpu")
+  cmd = [sys.executable, "-u", "-m", "bert_jax.main", *flags, f"--workdir={workdir}"]
+  if processes > 1:
+    port = portpicker.pick_unused_port()
+    cmd += [f"--num_processes={processes}", f"--coordinator_address=127.0.0.1:{port}",
+            "--heartbeat_timeout=30"]
+  t0 = time.monotonic()
+  procs = [subprocess.Popen(cmd + ([f"--process_id={i}"] if processes > 1 else []),
+                            cwd=ROOT, env=base, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+           for i in range(processes)]
+  runs = []
+  for p in procs:
+    try:
+      out, _ = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+    except subprocess.TimeoutExpired:
+      for q in procs:
+        q.kill()
+      out, _ = p.communicate()
+      out += f"\n[multihost] killed after {timeout:.0f} s"
+    runs.append(fault_campaign.Run(p.returncode, time.monotonic() - t0, out, False, None))
+  return runs
+
+
+def _xla_flags(devices: int) -> str:
+  others = [f for f in os.environ.get("XLA_FLAGS", "").split()
+            if not f.startswith("--xla_force_host_platform_device_count")]
+  return " ".join([f"--xla_force_host_platform_device_count={devices}"] + others)
+
+
+def metrics(workdir: str) -> tuple[dict[int, float], dict[str, float]]:
+  """({step: train/loss}, {eval/...: value of the last eval}) from metrics.jsonl."""
+  losses, evals = {}, {}
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    for row in map(json.loads, f):
+      if "train/loss" in row:
+        losses[row["step"]] = row["train/loss"]
+      evals.update({k: v for k, v in row.items() if k.startswith("eval/")})
+  return losses, evals
+
+
+def compare(ref: str, other: str) -> tuple[float, float, int]:
+  """(max relative difference of the per-step losses, of the eval metrics, steps compared)
+  between two workdirs; ValueError if their steps or eval keys differ."""
+  (l1, e1), (l2, e2) = metrics(ref), metrics(other)
+  if sorted(l1) != sorted(l2) or not l1:
+    raise ValueError(f"steps differ: {sorted(l1)} vs {sorted(l2)}")
+  if sorted(e1) != sorted(e2):
+    raise ValueError(f"eval metrics differ: {sorted(e1)} vs {sorted(e2)}")
+  rel = lambda a, b: abs(a - b) / max(abs(a), 1e-12)
+  return (max(rel(l1[s], l2[s]) for s in l1), max([rel(e1[k], e2[k]) for k in e1] or [0.0]),
+          len(l1))
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--tasks", default="pretraining,lm")
+  p.add_argument("--meshes", default=";".join(",".join(map(str, m)) for m in MESHES),
+                 help="';'-separated data,fsdp,tensor shapes")
+  p.add_argument("--processes", default=",".join(map(str, PROCESSES)))
+  p.add_argument("--steps", type=int, default=6)
+  p.add_argument("--out", default=None, help="a JSON file for the table's rows")
+  a = p.parse_args(argv)
+  meshes = [tuple(int(x) for x in m.split(",")) for m in a.meshes.split(";")]
+  counts = [int(x) for x in a.processes.split(",")]
+  root = tempfile.mkdtemp(prefix="multihost_")
+  env = fault_campaign.child_env(root)
+  rows, failed = [], 0
+  print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
+  print("| task | mesh (data, fsdp, tensor) | processes x devices | row shards | hosts per "
+        "block | max rel. loss diff | max rel. eval diff | steps | wall s |")
+  print("|---|---|---|---|---|---|---|---|---|")
+  for task in a.tasks.split(","):
+    flags = task_flags(task, os.path.join(root, "data"), a.steps)
+    for mesh in meshes:
+      mesh_flag = f"--config.mesh_shape=({','.join(map(str, mesh))})"
+      ref = None
+      for n in counts:
+        workdir = os.path.join(root, f"{task}_{'x'.join(map(str, mesh))}_{n}")
+        runs = launch(flags + [mesh_flag], n, workdir, env=env)
+        shards = _layout(runs[0].output)
+        if any(r.returncode for r in runs):
+          failed += 1
+          tail = "\n".join(r.output[-1500:] for r in runs if r.returncode)
+          print(f"| {task} | {mesh} | {n} x {DEVICES // n} | FAILED | | | | | |\n{tail}")
+          continue
+        if ref is None:
+          ref = workdir
+        dl, de, steps = compare(ref, workdir)
+        if max(dl, de) > 1e-5:
+          failed += 1
+        row = dict(task=task, mesh=mesh, processes=n, loss_rel=dl, eval_rel=de, steps=steps,
+                   seconds=round(runs[0].seconds, 1), layout=shards)
+        rows.append(row)
+        print(f"| {task} | {mesh} | {n} x {DEVICES // n} | {shards} | {dl:.1e} | {de:.1e} | "
+              f"{steps} | {row['seconds']} |", flush=True)
+  print(f"load after: {os.getloadavg()[0]:.2f}")
+  if a.out:
+    with open(a.out, "w") as f:
+      json.dump(rows, f, indent=1)
+  return 1 if failed else 0
+
+
+def _layout(output: str) -> str:
+  """'2 | 2' (row shards | hosts per block) from main's start-up line."""
+  import re  # pylint: disable=g-import-not-at-top
+  m = re.search(r"(\d+) row shards \(each block on (\d+) host", output)
+  return f"{m.group(1)} | {m.group(2)}" if m else "? | ?"
+
+
+if __name__ == "__main__":
+  sys.exit(main())
