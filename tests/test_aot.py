@@ -218,6 +218,27 @@ def test_meshes_that_split_a_physical_axis():
     assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)
 
 
+def test_the_report_says_how_the_hosts_load_a_batch():
+  """Tensor parallelism over 4 chips on v5e:4x4 (4 hosts of 4 chips): every batch block
+  spans 2 hosts, so the 4 hosts read 2 distinct row shards (the pods of the README's
+  tensor-parallel runs trained on inconsistent rows before rows followed the blocks)."""
+  _, devices = chips.topology_devices("v5e:4x4")
+  mesh = parallel.create_mesh((-1, 1, 4), devices=devices)
+  got = report_lib.row_shards(mesh, batch_size=64)
+  assert got == {"hosts": 4, "row_shards": 2, "hosts_per_block": 2, "blocks_per_host": 2,
+                 "rows_per_host": 32}
+  report = {"config": "bert_tiny", "topology": "v5e:4x4", "num_chips": 16,
+            "chip": dataclasses.asdict(chips.parse_topology("v5e:4x4")[0]),
+            "mesh": dict(mesh.shape), "row_shards": got, "steps": [],
+            "state": {"num_params": 1e6, "params_per_chip": 1, "opt_state_per_chip": 1}}
+  assert ("data: 4 hosts read 2 distinct row shards of 32 rows; each batch block is held "
+          "(and loaded) by 2 hosts, each host holds 2 blocks") in report_lib.format_report(report)
+  # v5p-128 with (-1, 8, 4): 16 hosts, 8 shards, each block on 2 hosts.
+  _, devices = chips.topology_devices("v5p-128")
+  got = report_lib.row_shards(parallel.create_mesh((-1, 8, 4), devices=devices), 256)
+  assert (got["hosts"], got["row_shards"], got["hosts_per_block"]) == (16, 8, 2)
+
+
 def test_word2vec_step_compiles_with_its_own_accounting(tmp_path):
   spec = importlib.util.spec_from_file_location("w2v", os.path.join(ROOT, "configs",
                                                                      "word2vec.py"))

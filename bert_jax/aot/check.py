@@ -67,6 +67,7 @@ def _check_task(config, topology, steps, config_name, task):
   report = {"config": config_name or config.task, "topology": topology,
             "num_chips": len(setup.mesh.devices.flat), "chip": dataclasses.asdict(setup.chip),
             "mesh": dict(setup.mesh.shape), "remat_policy": task.model_config.remat_policy,
+            "row_shards": report_lib.row_shards(setup.mesh, int(config.train.batch_size)),
             "state": report_lib.state_bytes(setup.abstract), "steps": []}
   texts, names = [], []
   for i, phase in enumerate(compile_lib.phases(config)):

@@ -12,6 +12,7 @@ import re
 import jax
 import numpy as np
 
+from bert_jax import parallel
 from bert_jax.aot import hlo
 from bert_jax.chips import GiB
 
@@ -131,6 +132,15 @@ def _gib(x: float) -> str:
   return f"{x / GiB:.2f} GiB" if x >= GiB / 10 else f"{x / 2 ** 20:.1f} MiB"
 
 
+def row_shards(mesh, batch_size: int) -> dict:
+  """How the hosts of the slice would load a batch (parallel.row_shards, seen from host 0:
+  every host's view has the same counts)."""
+  shards = parallel.row_shards(mesh, process_index=0)
+  return {"hosts": shards.processes, "row_shards": shards.count,
+          "hosts_per_block": shards.hosts_per_block,
+          "blocks_per_host": shards.blocks_per_shard, "rows_per_host": batch_size // shards.count}
+
+
 def format_report(report: dict) -> str:
   """Human-readable lines of a full report (bert_jax/aot/__main__.py builds it)."""
   chip = report["chip"]
@@ -140,6 +150,12 @@ def format_report(report: dict) -> str:
            f"params {report['state']['num_params'] / 1e6:.1f}M: "
            f"{_gib(report['state']['params_per_chip'])} per chip; optimizer state "
            f"{_gib(report['state']['opt_state_per_chip'])} per chip"]
+  if report.get("row_shards"):
+    rs = report["row_shards"]
+    lines.append(f"data: {rs['hosts']} hosts read {rs['row_shards']} distinct row shards of "
+                 f"{rs['rows_per_host']} rows; each batch block is held (and loaded) by "
+                 f"{rs['hosts_per_block']} host{'s' * (rs['hosts_per_block'] > 1)}, each host "
+                 f"holds {rs['blocks_per_host']} block{'s' * (rs['blocks_per_host'] > 1)}")
   for r in report["steps"]:
     head = f"{r['step']} step, " + (r.get("what") or f"seq {r['seq_len']}, global batch "
                                     f"{r['global_batch']}") + (
