@@ -2,8 +2,9 @@
 
 Layout of a workdir: `checkpoints/<step>/{state,data,meta}`:
   state  the TrainState pytree (params, optimizer state, step, rng), sharded arrays;
-  data   grain's iterator state, one JSON per process (so a resumed run sees the same
-         stream it would have seen);
+  data   the grain iterator's state, one JSON per row shard (data_checkpoint.py: a
+         resumed run sees the same stream it would have seen, on another process count
+         too);
   meta   JSON: task, model config, config, step, phase.
 Restores go straight onto the target shardings, so a checkpoint written on one mesh
 or device count loads onto another. A step that fails to load (partial or corrupted)
@@ -27,7 +28,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
 
-from bert_jax import paths
+from bert_jax import data_checkpoint, paths
 
 log = logging.getLogger(__name__)
 
@@ -59,21 +60,18 @@ def _single_process_array_saves() -> None:
 
 
 def _item_handlers(state_handler=None) -> dict:
-  import grain.checkpoint as gc  # pylint: disable=g-import-not-at-top
   return {"state": state_handler or ocp.StandardCheckpointHandler(),
-          "meta": ocp.JsonCheckpointHandler(), "data": gc.CheckpointHandler()}
-
-
-def _grain_args():
-  import grain.checkpoint as gc  # pylint: disable=g-import-not-at-top
-  return gc.CheckpointSave, gc.CheckpointRestore
+          "meta": ocp.JsonCheckpointHandler(), "data": data_checkpoint.Handler()}
 
 
 class Checkpointer:
   """CheckpointManager wrapper: save every N steps, keep the last K (+ the best)."""
 
   def __init__(self, directory: str, *, keep: int = 3, async_save: bool = True,
-               best_metric: Optional[str] = None, best_mode: str = "max"):
+               best_metric: Optional[str] = None, best_mode: str = "max", row_shards=None):
+    """row_shards: the loop's parallel.RowShards (the data iterator is saved per row
+    shard); None: one shard per process."""
+    self._data_layout = data_checkpoint.Layout.of(row_shards)
     self.directory = paths.resolve(directory)  # gs://bucket/run stays remote
     _single_process_array_saves()
     policies = [ocm.LatestN(n=keep)]
@@ -98,8 +96,7 @@ class Checkpointer:
     items = {"state": ocp.args.StandardSave(state),
              "meta": ocp.args.JsonSave(dict(meta, step=int(step)))}
     if data_iterator is not None:
-      save_cls, _ = _grain_args()
-      items["data"] = save_cls(data_iterator)
+      items["data"] = data_checkpoint.Save(data_iterator, self._data_layout)
     metrics = {k: float(v) for k, v in (metrics or {}).items()} or None
     self._saving = int(step)
     with self._space_check():
@@ -152,12 +149,11 @@ class Checkpointer:
                  "meta": ocp.args.JsonRestore()}
         has_data = (self.directory / str(s) / "data").is_dir()
         if data_iterator is not None and has_data:
-          _, restore_cls = _grain_args()
-          items["data"] = restore_cls(data_iterator)
+          items["data"] = data_checkpoint.Restore(data_iterator, self._data_layout)
         elif data_iterator is not None:
           log.warning("checkpoint %d has no data iterator state; the data stream restarts.", s)
         restored = self.manager.restore(s, args=ocp.args.Composite(**items))
-      except CheckpointMismatchError:
+      except (CheckpointMismatchError, data_checkpoint.DataLayoutError):
         raise
       except Exception as e:  # noqa: BLE001 - any read failure means "try an older one"
         why = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"

@@ -224,6 +224,7 @@ class RowShards:
   hosts_per_block: int  # processes feeding (and holding) each batch block
   blocks_per_shard: int  # batch blocks each process holds
   processes: int
+  leads: bool = True  # this process is its shard's first (it writes the shard's files)
 
   def describe(self) -> str:
     return (f"{self.processes} processes, {self.count} row shards (each block on "
@@ -267,9 +268,10 @@ def shards_of_blocks(held: dict[int, set[int]], pid: int, shape: tuple) -> RowSh
   if pid not in sets:
     raise ValueError(f"process {pid} holds no device of the mesh {shape}.")
   hosts = collections.Counter(sets.values())
+  first = min(p for p, b in sets.items() if b == sets[pid])
   return RowShards(count=len(distinct), index=distinct.index(sets[pid]),
                    hosts_per_block=max(hosts.values()), blocks_per_shard=sizes.pop(),
-                   processes=len(sets))
+                   processes=len(sets), leads=pid == first)
 
 
 def host_to_global(batch: dict, mesh: Mesh, shards: RowShards | None = None) -> dict:

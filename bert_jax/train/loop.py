@@ -271,7 +271,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"), keep=tc.keep_checkpoints,
                                async_save=tc.async_checkpoints,
                                best_metric=tc.get("best_metric") or None,
-                               best_mode=tc.get("best_mode", "max"))
+                               best_mode=tc.get("best_mode", "max"), row_shards=shards)
   start_step = 0
   latest = ckpt.latest_step()
   phase = _phase_of(plan, latest or 0)

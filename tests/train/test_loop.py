@@ -418,10 +418,10 @@ def test_two_processes_train_and_a_lost_peer_ends_the_run(data_dir, tmp_path):
   saved = ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints")).all_steps()
   assert saved and max(saved) < 10
   assert "4 devices, 2 processes" in out and "step 6/10" in out
-  # Each process saved its own data-iterator state.
+  # Each row shard (here each process) saved its data-iterator state.
   data = [f for f in os.listdir(tmp_path / "run" / "checkpoints" / str(max(saved)) / "data")
           if f.endswith(".json")]
-  assert sorted(data) == ["process_0-of-2.json", "process_1-of-2.json"]
+  assert sorted(data) == ["shard_0-of-2.json", "shard_1-of-2.json"]
   rerun = start()
   outs = [p.communicate(timeout=300)[0] for p in rerun]
   assert [p.returncode for p in rerun] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
