@@ -61,7 +61,14 @@ def task_flags(task: str, data_dir: str, num_steps: int = 6) -> list[str]:
             "--config.data.max_seq_length=32", "--config.model.max_len=32",
             "--config.data.validation_fraction=0.4", "--config.model.num_layers=2",
             "--config.train.eval_steps=0", *_TINY_MODEL, *common]
-  raise ValueError(f"unknown task {task!r}: expected pretraining or lm")
+  if task == "word2vec":  # its own trainer: every host builds the global batch
+    return ["--config=configs/word2vec.py", "--config.data.corpus=text",
+            f"--config.data.text_glob={CORPUS}", "--config.data.min_count=1",
+            "--config.train.chunk_size=64", "--config.train.epochs=2",
+            "--config.train.chunks_per_step=16", "--config.train.log_every_steps=1",
+            "--config.model.embed_dim=16", "--config.train.async_checkpoints=False",
+            "--config.export_format=none"]
+  raise ValueError(f"unknown task {task!r}: expected pretraining, lm or word2vec")
 
 
 def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 900,
@@ -108,7 +115,8 @@ def metrics(workdir: str) -> tuple[dict[int, float], dict[str, float]]:
     for row in map(json.loads, f):
       if "train/loss" in row:
         losses[row["step"]] = row["train/loss"]
-      evals.update({k: v for k, v in row.items() if k.startswith("eval/")})
+      evals.update({k: v for k, v in row.items()
+                    if k.startswith("eval/") and isinstance(v, (int, float))})
   return losses, evals
 
 

@@ -154,6 +154,14 @@ def _config_changes(saved: dict, now: dict, prefix: str = "") -> list[str]:
   return out
 
 
+def _to_host(table: jax.Array) -> np.ndarray:
+  """The whole table on every process (its rows and columns live on several hosts)."""
+  if jax.process_count() == 1:
+    return np.asarray(jax.device_get(table))
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  return np.asarray(multihost_utils.process_allgather(table, tiled=True))
+
+
 def _mean_loss(losses, pairs: int, step: int) -> float:
   """Mean SGNS loss per pair of the summed step losses; raises on a non-finite value."""
   mean = float(sum(losses)) / max(pairs, 1)
@@ -202,9 +210,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   w2v_schedule.check_lr_decay(t.lr_decay)
   w2v_model.check_init_scale(config.model.init_scale)
   check_counts(config)
-  if jax.process_count() > 1:
-    raise NotImplementedError("word2vec trains in one process (any number of local devices); "
-                              "its host pipeline does not shard the corpus over processes.")
   # ---- data: corpus, vocabulary, batches (host, numpy)
   start = time.time()
   sentences = w2v_data.load_corpus(d.corpus, d.text_glob)
@@ -316,7 +321,7 @@ def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_s
   train_seconds = time.time() - train_start
 
   # ---- export and evaluate (the target table T holds the word vectors)
-  vectors = np.asarray(jax.device_get(state["params"]["target"]))[:len(vocab)]
+  vectors = _to_host(state["params"]["target"])[:len(vocab)]
   wv = vectors_lib.WordVectors(vocab.words, vectors)
   results = dict(train_seconds=train_seconds, compile_seconds=compile_seconds,
                  effective_words=words_done, pairs=pairs_done,
