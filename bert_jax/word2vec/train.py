@@ -6,6 +6,11 @@ writes TensorBoard + metrics.jsonl (train/writer.MetricWriter) and an Orbax chec
 per epoch (checkpoint.Checkpointer), and a rerun resumes from it. The host thread
 builds the next batch (data.prefetch) while the device runs the sparse step of
 step.py; at the end the vectors are exported and evaluated (vectors.py).
+
+On several processes every host builds the same global batch from the seeded stream
+(host work is not divided: the pairs are cheap next to the step) and `device_put` places
+each host's blocks, so any mesh and process count train what one process trains
+(scripts/multihost.py --tasks word2vec).
 """
 from __future__ import annotations
 
