@@ -17,6 +17,8 @@ from bert_jax.layers.dropout import Dropout
 from bert_jax.models.bert import BertModel
 
 Array = jax.Array
+# The span logits of padding positions: no loss or n-best search picks them.
+PADDING_LOGIT = -1e9
 
 
 def _dense(cfg: TransformerConfig, features: int, name: str) -> nn.Dense:
@@ -85,5 +87,5 @@ class BertForQuestionAnswering(nn.Module):
     out = BertModel(cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids)
     logits = _dense(cfg, 2, "qa_outputs")(out["sequence_output"]).astype(jnp.float32)
     if input_mask is not None:                                # [batch, len, 2]
-      logits = jnp.where(input_mask[..., None] > 0, logits, -1e9)
+      logits = jnp.where(input_mask[..., None] > 0, logits, PADDING_LOGIT)
     return {"start_logits": logits[..., 0], "end_logits": logits[..., 1]}

@@ -260,6 +260,11 @@ def finetune_config(task: str, source: str, best_metric: str,
   d.max_query_length = 64
   d.max_answer_length = 30
   d.n_best_size = 20
+  # SQuAD batches padded to the smallest multiple of length_bucket holding their longest
+  # window (one compile per bucket; 0: every row padded to max_seq_length), rows sorted
+  # by length within windows of bucket_window train batches (tasks/finetune/bucketed.py).
+  d.length_bucket = 64
+  d.bucket_window = 32
   d.version_2_with_negative = False
   d.null_score_diff_threshold = 0.0
   d.update(data_overrides)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from bert_jax.data import buckets
 from bert_jax.models import heads
+from bert_jax.tasks.finetune import bucketed
 from bert_jax.tasks.finetune.base import FinetuneTask, Split
 from bert_jax.tasks.finetune.squad import data
 from bert_jax.tasks.finetune.squad import features as featurize_lib
@@ -36,6 +38,13 @@ class SquadTask(FinetuneTask):
                        "or 'file'.")
     self.version_2 = src == "squad/v2.0" or bool(config.data.version_2_with_negative)
     super().__init__(config)
+    # Batches padded to a few lengths, not all to max_seq_length (data/buckets.py).
+    self.bucket_lengths = buckets.bucket_lengths(self.seq_len,
+                                                 int(config.data.get("length_bucket", 0)))
+    self.bucket_window = int(config.data.get("bucket_window", 32))
+    if self.bucket_window < 1:
+      raise ValueError(f"squad: data.bucket_window={self.bucket_window}; expected >= 1 "
+                       "(train batches whose rows are sorted by length together).")
 
   def build_model(self, model_config):
     return heads.BertForQuestionAnswering(model_config)
@@ -57,6 +66,24 @@ class SquadTask(FinetuneTask):
   def read_unlabeled(self, path):
     return data.read_squad_json(path)
 
+  # ---------------------------------------------------- length-bucketed batches
+  @property
+  def bucketed(self) -> bool:
+    return len(self.bucket_lengths) > 1
+
+  def train_iterator(self, phase, batch_size, shard_index, shard_count, seed):
+    if not self.bucketed:
+      return super().train_iterator(phase, batch_size, shard_index, shard_count, seed)
+    return bucketed.train_iterator(self.train_features, self.fields, self.bucket_lengths,
+                                   batch_size, shard_index, shard_count, seed,
+                                   self.bucket_window)
+
+  def _batches(self, features, batch_size, shard_index, shard_count):
+    if not self.bucketed:
+      return super()._batches(features, batch_size, shard_index, shard_count)
+    return bucketed.eval_iterator(features, self.fields, self.bucket_lengths, batch_size,
+                                  shard_index, shard_count)
+
   def head_flops(self, seq_len):
     return seq_len * 2 * self.model_config.hidden_size * 2
 
@@ -74,8 +101,13 @@ class SquadTask(FinetuneTask):
     return sums
 
   def predict_outputs(self, out, batch):
-    return dict(super().predict_outputs(out, batch), start_logits=out["start_logits"],
-                end_logits=out["end_logits"])
+    # A bucket's logits [B, length] are padded back to [B, max_seq_length] with the
+    # head's own padding logit, so batches of every bucket concatenate and the n-best
+    # search sees exactly the padded path's values.
+    pad = lambda x: jnp.pad(x, ((0, 0), (0, self.seq_len - x.shape[1])),
+                            constant_values=heads.PADDING_LOGIT)
+    return dict(super().predict_outputs(out, batch), start_logits=pad(out["start_logits"]),
+                end_logits=pad(out["end_logits"]))
 
   def answers(self, examples, features, outputs):
     """postprocess_squad of these outputs. The last result is kept: predict mode asks
