@@ -137,20 +137,36 @@ class Model:
     vectors = embed.normalize(vectors) if normalize else vectors   # [texts, hidden]
     return vectors[0] if single else vectors
 
-  def fill_mask(self, text: str, top_k: int = 5) -> list[list[tuple[str, float]]]:
+  def fill_mask(self, text: Union[str, Iterable[str]], top_k: int = 5,
+                batch_size: int = 32) -> list:
     """Per [MASK] in `text`, in order: the top_k (token, probability) of the MLM head.
 
-    `text` is "[CLS] text [SEP]" unless it starts with [CLS] (as bert-jax-fill-mask).
+    `text` is "[CLS] text [SEP]" unless it starts with [CLS] (as bert-jax-fill-mask). A
+    list of texts gives one such list per text, in the same order; they run sorted by
+    length in batches of batch_size (fill_mask.fill_many), each text's answer that of a
+    pass of it alone.
     """
-    if not isinstance(text, str):
-      raise TypeError(f"fill_mask takes one str, got a {type(text).__name__}")
+    single = isinstance(text, str)
+    try:
+      texts = [text] if single else list(text)
+    except TypeError:
+      raise TypeError(f"fill_mask takes a str or a list of str, got a "
+                      f"{type(text).__name__}") from None
+    bad = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
+    if bad:
+      raise TypeError(f"fill_mask takes a str or a list of str; the list holds "
+                      f"{', '.join(bad)}")
     if not isinstance(top_k, (int, np.integer)) or top_k < 1:
       raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
+    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+      raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     try:
       fill_mask_lib.check_mlm_head(self._loaded, what="bert_jax.load path")
-      return fill_mask_lib.fill(self._loaded, text, top_k)
+      masks = fill_mask_lib.fill_many(self._loaded, [str(t) for t in texts], top_k,
+                                      batch_size) if texts else []
     except loader.InputError as e:
       raise ValueError(str(e)) from None
+    return masks[0] if single else masks
 
 
 def load(path: str) -> Model:

@@ -182,7 +182,10 @@ def test_bad_arguments_are_clear_errors(tiny):
       (lambda: tiny.encode(3), TypeError, "got int"),
       (lambda: tiny.fill_mask("the cat sat"), ValueError, r"no \[MASK\] in the text"),
       (lambda: tiny.fill_mask("the [MASK]", top_k=0), ValueError, "top_k must be"),
-      (lambda: tiny.fill_mask(["the [MASK]"]), TypeError, "takes one str")]:
+      (lambda: tiny.fill_mask(["the [MASK]", 3]), TypeError, "the list holds int"),
+      (lambda: tiny.fill_mask(3), TypeError, "takes a str or a list of str, got a int"),
+      (lambda: tiny.fill_mask(["the [MASK]"], batch_size=0), ValueError,
+       "batch_size must be")]:
     with pytest.raises(error, match=needle):
       call()
 
