@@ -190,6 +190,11 @@ def test_pack_first_fit_decreasing_fills_rows_within_their_length():
   assert plans(lengths, batch_size=1) == [([1, 2, 3, 4, 5, 7, 8], 96, 1, 3),
                                           ([0, 6], 128, 1, 2)]
   assert plans([200, 3, 3], batch_size=64) == [([1, 2], 96, 1, 1), ([0], 224, 1, 1)]
+  # Rows a pass come from a fixed set (1, 2, 4, multiples of 8): inputs of other sizes
+  # reuse a compiled shape. 300 or 310 texts of 20 tokens: 75 or 78 rows of 96, 2 passes.
+  a, b = embed.plan_passes([20] * 300, 64)[0], embed.plan_passes([20] * 310, 64)[0]
+  assert (a.row_length, a.rows, a.passes) == (b.row_length, b.rows, b.passes) == (96, 40, 2)
+  assert [embed.rows_a_pass(n) for n in (1, 3, 4, 5, 8, 9, 41)] == [1, 4, 4, 8, 8, 16, 48]
 
 def test_packed_rows_give_each_text_the_vectors_of_its_own_forward_pass():
   from bert_jax.pretrained import load_encoder
