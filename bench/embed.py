@@ -25,6 +25,10 @@ without JAX_COMPILATION_CACHE_DIR) and shown on its own. Outputs are compared af
 repetition: the minimum cosine similarity of ours (CLI and API) to sentence-transformers'
 vectors must be >= 0.9999, else the bench fails (exit status 1) naming the sentence.
 
+--calls N: each API / sentence-transformers process encodes the same sentences N times;
+the best of calls 2..N is shown as warm (no compile), and their whole-process rows are
+left out. --no-cli skips the CLI process.
+
 Every process is a fresh child (ours from --ours-python, default .venv; theirs from
 --st-python, default .venv-ref: torch + sentence-transformers, requirements-ref.txt),
 repetitions interleaved (CLI, API, sentence-transformers, CLI, ...) so a change of
@@ -71,6 +75,18 @@ def corpus_sentences(n: int) -> list[str]:
                               f"asked for --sentences {n}")
 
 
+def length_mix(model_dir: str, sentences: list[str]) -> str:
+  """The token lengths (with [CLS]/[SEP], cut at MAX_LENGTH) of the sentences, one line."""
+  from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
+  from bert_jax.embed import tokenize  # pylint: disable=g-import-not-at-top
+  ids = tokenize(load_tokenizer(model_dir), sentences, MAX_LENGTH).ids
+  n = np.array([len(x) for x in ids])
+  p = np.percentile(n, [10, 50, 90, 99])
+  return (f"token lengths of the {len(n)} sentences ([CLS]/[SEP] incl.): {n.sum()} tokens, "
+          f"mean {n.mean():.1f}, p10/median/p90/p99 {p[0]:.0f}/{p[1]:.0f}/{p[2]:.0f}/"
+          f"{p[3]:.0f}, min {n.min()}, max {n.max()}; over 96: {(n > 96).sum()}")
+
+
 def packaged_model() -> str:
   from bert_jax.train.defaults import minilm_dir  # pylint: disable=g-import-not-at-top
   path = minilm_dir()
@@ -109,7 +125,8 @@ def run_cli(args, model_dir: str, inp: str, out: str) -> dict:
 
 def run_api(args, inp: str, out: str) -> dict:
   argv = [args.ours_python, os.path.join(bench_util.BENCH_DIR, "ours_embed_worker.py"),
-          "--input", inp, "--output", out, "--batch-size", str(args.batch_size)]
+          "--input", inp, "--output", out, "--batch-size", str(args.batch_size),
+          "--calls", str(args.calls)]
   t0 = time.perf_counter()
   r = bench_util.run_json(argv, "bench/ours_embed_worker.py")
   r["process_s"] = time.perf_counter() - t0
@@ -119,7 +136,8 @@ def run_api(args, inp: str, out: str) -> dict:
 def run_st(args, model_dir: str, inp: str, out: str) -> dict:
   argv = [args.st_python, os.path.join(bench_util.BENCH_DIR, "st_embed_worker.py"),
           "--model", model_dir, "--input", inp, "--output", out,
-          "--batch-size", str(args.batch_size), "--threads", str(args.threads)]
+          "--batch-size", str(args.batch_size), "--threads", str(args.threads),
+          "--calls", str(args.calls)]
   t0 = time.perf_counter()
   r = bench_util.run_json(argv, "bench/st_embed_worker.py")
   r["process_s"] = time.perf_counter() - t0
@@ -133,10 +151,10 @@ def min_cosine(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
   return float(cos[i]), i
 
 
-def compare(paths: dict, sentences: list[str]) -> dict:
+def compare(paths: dict, sentences: list[str], no_cli: bool = False) -> dict:
   ref = np.load(paths["st"])
-  result = {}
-  for name in ("cli", "api"):
+  result = {"cli": np.nan} if no_cli else {}
+  for name in ("api",) if no_cli else ("cli", "api"):
     ours = np.load(paths[name])
     if ours.shape != ref.shape:
       raise OutputMismatch(f"ours ({name}) gave {ours.shape} vectors, sentence-transformers "
@@ -154,16 +172,26 @@ def table(n: int, runs: dict, cosines: list) -> None:
     values = [r[key] for r in runs[system]]
     return min(values), max(values)
 
+  cli = bool(runs["cli"])
   rows = [  # (label, system, key, compared with)
       ("ours CLI, whole process", "cli", "process_s", ("st", "process_s")),
       ("ours API, whole process", "api", "process_s", ("st", "process_s")),
       ("sentence-transformers, whole process", "st", "process_s", None),
       ("ours API encode (1st call, compiles incl.)", "api", "encode_s", ("st", "encode_s")),
       ("sentence-transformers encode", "st", "encode_s", None),
-  ]
-  print(f"\n{n} sentences; best of {len(runs['cli'])} (range)")
+  ] + ([
+      ("ours API encode, later calls (warm)", "api", "encode_warm_s", ("st", "encode_warm_s")),
+      ("sentence-transformers encode, later calls", "st", "encode_warm_s", None),
+  ] if "encode_warm_s" in runs["api"][0] else [])
+  print(f"\n{n} sentences; best of {len(runs['api'])} (range)")
   print(f"{'':44} {'seconds':>17} {'sentences/s':>12} {'vs s-t':>7}")
+  warm = "encode_warm_s" in runs["api"][0]
   for label, system, key, versus in rows:
+    # With --calls > 1 the API and sentence-transformers processes also ran the later
+    # calls: their whole-process times are not a user's single run.
+    if (system == "cli" and not cli) or (warm and key == "process_s") or (
+        warm and versus and versus[1] == "process_s"):
+      continue
     lo, hi = stat(system, key)
     vs = f"{stat(*versus)[0] / lo:.2f}x" if versus else ""
     print(f"{label:44} {lo:7.2f} ({lo:.1f}-{hi:.1f}) {n / lo:12.1f} {vs:>7}")
@@ -174,10 +202,10 @@ def table(n: int, runs: dict, cosines: list) -> None:
                              ("ours API: compiles within encode", "api", "compile_s"),
                              ("sentence-transformers: import", "st", "import_s"),
                              ("sentence-transformers: load", "st", "load_s")]:
-    print(f"  {label:42} {stat(system, key)[0]:7.2f} s")
-  cli, api = runs["cli"][0]["compiles"], runs["api"][0]["compiles"]
-  print(f"shapes compiled by our packing (row length x rows a pass): CLI {cli}, "
-        f"API {api}")
+    if system != "cli" or cli:
+      print(f"  {label:42} {stat(system, key)[0]:7.2f} s")
+  print(f"shapes compiled by our packing (row length x rows a pass): CLI "
+        f"{runs['cli'][0]['compiles'] if cli else '-'}, API {runs['api'][0]['compiles']}")
   print(f"min cosine to sentence-transformers over all repetitions: CLI "
         f"{min(c['cli'] for c in cosines):.7f}, API {min(c['api'] for c in cosines):.7f}")
   print(f"ours: {runs['api'][0]['versions']} ({runs['api'][0]['api_module']}); "
@@ -190,6 +218,11 @@ def main():
   parser.add_argument("--sentences", type=int, default=2000)
   parser.add_argument("--batch-size", type=int, default=64)
   parser.add_argument("--reps", type=int, default=3)
+  parser.add_argument("--calls", type=int, default=1,
+                      help="encode calls a worker process makes (the first compiles; "
+                           "later ones are reported as warm, the best of them)")
+  parser.add_argument("--no-cli", action="store_true",
+                      help="skip the CLI process (API encode vs sentence-transformers only)")
   parser.add_argument("--threads", type=int, default=bench_util.xla_threads(),
                       help="torch threads of sentence-transformers (default: the cores "
                            "XLA uses here)")
@@ -198,8 +231,8 @@ def main():
   parser.add_argument("--st-python", default=bench_util.default_python(".venv-ref"),
                       help="python of the venv with sentence-transformers (requirements-ref.txt)")
   args = parser.parse_args()
-  if min(args.sentences, args.batch_size, args.reps, args.threads) < 1:
-    parser.error("--sentences, --batch-size, --reps and --threads must be >= 1")
+  if min(args.sentences, args.batch_size, args.reps, args.threads, args.calls) < 1:
+    parser.error("--sentences, --batch-size, --reps, --threads and --calls must be >= 1")
   bench_util.header("embed")
   try:
     bench_util.check_python(args.ours_python, "--ours-python", "our venv (requirements.txt)")
@@ -207,6 +240,7 @@ def main():
                             "the reference venv (requirements-ref.txt)")
     model_dir = packaged_model()
     sentences = corpus_sentences(args.sentences)
+    print(length_mix(model_dir, sentences), flush=True)
     runs, cosines = {"cli": [], "api": [], "st": []}, []
     with tempfile.TemporaryDirectory() as tmp:
       inp = os.path.join(tmp, "sentences.txt")
@@ -214,11 +248,13 @@ def main():
         f.write("".join(s + "\n" for s in sentences))
       paths = {k: os.path.join(tmp, f"{k}.npy") for k in runs}
       for rep in range(args.reps):
-        runs["cli"].append(run_cli(args, model_dir, inp, paths["cli"]))
+        if not args.no_cli:
+          runs["cli"].append(run_cli(args, model_dir, inp, paths["cli"]))
         runs["api"].append(run_api(args, inp, paths["api"]))
         runs["st"].append(run_st(args, model_dir, inp, paths["st"]))
-        cosines.append(compare(paths, sentences))
-        print(f"rep {rep + 1}: CLI {runs['cli'][-1]['process_s']:.1f} s, API encode "
+        cosines.append(compare(paths, sentences, args.no_cli))
+        cli_s = "-" if args.no_cli else f"{runs['cli'][-1]['process_s']:.1f}"
+        print(f"rep {rep + 1}: CLI {cli_s} s, API encode "
               f"{runs['api'][-1]['encode_s']:.1f} s, sentence-transformers "
               f"{runs['st'][-1]['process_s']:.1f} s (encode {runs['st'][-1]['encode_s']:.1f} "
               "s)", flush=True)

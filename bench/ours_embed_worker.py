@@ -33,6 +33,8 @@ def main():
   parser.add_argument("--input", required=True)
   parser.add_argument("--output", required=True)
   parser.add_argument("--batch-size", type=int, default=64)
+  parser.add_argument("--calls", type=int, default=1,
+                      help="encode calls; the later ones' best is reported as encode_warm_s")
   parser.add_argument("--model", default="all-MiniLM-L6-v2")
   args = parser.parse_args()
   with open(args.input, encoding="utf-8") as f:
@@ -54,10 +56,16 @@ def main():
   t2 = time.perf_counter()
   vectors = model.encode(texts, batch_size=args.batch_size)   # [texts, 384]
   t3 = time.perf_counter()
+  compiles = embed._forward._cache_size()  # pylint: disable=protected-access
+  warm = {}
+  for _ in range(args.calls - 1):  # the same texts again: no compile
+    t = time.perf_counter()
+    model.encode(texts, batch_size=args.batch_size)
+    warm["encode_warm_s"] = min(warm.get("encode_warm_s", 1e9), time.perf_counter() - t)
   np.save(args.output, vectors)
-  bench_util.reply({
+  bench_util.reply({**warm,
       "import_s": t1 - t0, "load_s": t2 - t1, "encode_s": t3 - t2, "compile_s": compile_s[0],
-      "compiles": embed._forward._cache_size(),  # pylint: disable=protected-access
+      "compiles": compiles,
       "max_length": model.max_length, "process_s": time.perf_counter() - T_START,
       "api_module": api.__file__, "versions": f"jax {jax.__version__}"})
 

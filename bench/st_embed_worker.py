@@ -32,6 +32,8 @@ def main():
   parser.add_argument("--input", required=True)
   parser.add_argument("--output", required=True)
   parser.add_argument("--batch-size", type=int, default=64)
+  parser.add_argument("--calls", type=int, default=1,
+                      help="encode calls; the later ones' best is reported as encode_warm_s")
   parser.add_argument("--threads", type=int, required=True)
   args = parser.parse_args()
   with open(args.input, encoding="utf-8") as f:
@@ -48,8 +50,13 @@ def main():
   t2 = time.perf_counter()
   vectors = model.encode(texts, batch_size=args.batch_size, convert_to_numpy=True)
   t3 = time.perf_counter()
+  warm = {}
+  for _ in range(args.calls - 1):
+    t = time.perf_counter()
+    model.encode(texts, batch_size=args.batch_size, convert_to_numpy=True)
+    warm["encode_warm_s"] = min(warm.get("encode_warm_s", 1e9), time.perf_counter() - t)
   np.save(args.output, vectors)
-  bench_util.reply({
+  bench_util.reply({**warm,
       "import_s": t1 - t0, "load_s": t2 - t1, "encode_s": t3 - t2,
       "max_length": model.max_seq_length, "threads": torch.get_num_threads(),
       "process_s": time.perf_counter() - T_START,

@@ -12,8 +12,8 @@ batched together. The lengths are the multiples of a step up to the maximum
   example is seen once an epoch as before, batches hold similar lengths, and batch j
   is a pure function of (seed, j): the grain iterator's state (its position) resumes
   exactly.
-* Evaluation and prediction (`eval_plan`): every row once, grouped by bucket, padding
-  rows (index -1) only in each bucket's last batch.
+* Evaluation and prediction (`eval_plan`): every row once, sorted by length and cut
+  into batches, each padded to its bucket; padding rows (index -1) only in the first.
 
 Several processes agree on the batches' shapes without talking: each one computes the
 same global plan and takes its own rows of every global batch (rows p, p + S, ...), as
@@ -112,21 +112,20 @@ class EvalPlan:
 
 def eval_plan(lengths, buckets: np.ndarray, batch_size: int, shard_index: int = 0,
               shard_count: int = 1) -> EvalPlan:
-  """Global batches of batch_size x shard_count rows, bucket by bucket (shortest first),
-  rows in index order within a bucket; this process's rows of each."""
+  """Every row once: rows sorted by length (ties in index order), cut into global batches
+  of batch_size x shard_count rows, each padded to the bucket of its longest row; this
+  process's rows of each. Only the first batch, the shortest, has padding rows (a batch
+  per bucket would leave a part-empty one in every bucket; padding rows in the last
+  batch would cost the longest bucket's length each)."""
   lengths = np.asarray(lengths, np.int64)
-  of = bucket_of(lengths, buckets)
   global_batch = batch_size * shard_count
-  batches, sizes = [], []
-  for length in np.unique(of):
-    rows = np.flatnonzero(of == length)
-    padded = np.full(-(-len(rows) // global_batch) * global_batch, -1, np.int64)
-    padded[:len(rows)] = rows
-    batches.append(padded.reshape(-1, global_batch)[:, shard_index::shard_count])
-    sizes.append(np.full(len(batches[-1]), length, np.int64))
-  if not batches:
-    return EvalPlan(np.zeros((0, batch_size), np.int64), np.zeros(0, np.int64))
-  return EvalPlan(np.concatenate(batches), np.concatenate(sizes))
+  order = np.argsort(lengths, kind="stable")
+  padded = np.full(-(-len(order) // global_batch) * global_batch, -1, np.int64)
+  padded[len(padded) - len(order):] = order
+  batches = padded.reshape(-1, global_batch)                      # [batches, GB]
+  longest = np.where(batches >= 0, lengths[np.maximum(batches, 0)], 0).max(axis=1,
+                                                                           initial=0)
+  return EvalPlan(batches[:, shard_index::shard_count], bucket_of(longest, buckets))
 
 
 def fill_rate(lengths: Sequence[int], batches: Sequence[tuple[np.ndarray, int]]) -> float:

@@ -86,15 +86,18 @@ def test_train_iterator_resumes_exactly_from_its_state():
 
 
 @pytest.mark.parametrize("shard_count", [1, 2])
-def test_eval_plan_holds_every_row_once_in_its_bucket(shard_count):
+def test_eval_plan_holds_every_row_once_sorted_by_length(shard_count):
   plans = [buckets.eval_plan(LENGTHS, BUCKETS, 4, p, shard_count)
            for p in range(shard_count)]
   assert len({len(p) for p in plans}) == 1                   # the same number of batches
   rows = np.concatenate([p.indices.ravel() for p in plans])
   assert sorted(rows[rows >= 0].tolist()) == list(range(45))
+  assert all((p.indices[1:] >= 0).all() for p in plans)      # padding in the first batch only
+  longest = np.zeros(len(plans[0]), np.int64)
   for p in plans:
     np.testing.assert_array_equal(p.lengths, plans[0].lengths)   # the same shapes
-    for index, length in zip(p.indices, p.lengths):
-      real = index[index >= 0]
-      assert (buckets.bucket_of(LENGTHS[real], BUCKETS) == length).all()
-  assert sorted(set(plans[0].lengths.tolist())) == [16, 32, 48]
+    for b, index in enumerate(p.indices):
+      longest[b] = max(longest[b], LENGTHS[index[index >= 0]].max(initial=0))
+  # Each batch in the bucket of its longest row (of all processes); lengths ascend.
+  np.testing.assert_array_equal(plans[0].lengths, buckets.bucket_of(longest, BUCKETS))
+  assert (np.diff(longest) >= 0).all() and sorted(set(plans[0].lengths)) == [16, 32, 48]
