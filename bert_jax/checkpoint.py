@@ -11,6 +11,12 @@ or device count loads onto another. A step that fails to load (partial or corrup
 is reported, moved aside to `<step>.corrupt-<time>` (nothing is deleted, and the rerun
 can save that step again), and the previous one is tried; a checkpoint of another model
 shape is a clear error, never a silent fallback.
+
+With several processes every one restores the same step: the step list is process 0's,
+and each step's outcome on every process is known to all before any uses it
+(multihost.allgather), so a step one host cannot read makes all fall back together, and
+only process 0 moves it aside. Reading without a run (inference, init_from, choosing a
+step) lives in checkpoint_read.py; its names are re-exported here.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ One process: nothing is exchanged (StopVote is not used, allgather returns [valu
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 from typing import Any
 
@@ -37,9 +38,7 @@ SIGNALS = ("", "SIGTERM", "SIGINT")
 # heartbeat, main.py --heartbeat_timeout).
 TIMEOUT_S = 600
 
-# StopVotes made so far, per voting process (one in a job; tests play several in one):
-# the n-th vote of every process shares the n-th run's keys.
-_votes = collections.Counter()
+_votes = itertools.count()  # StopVotes this process made: the n-th one's keys are run n's
 
 
 def _client():
@@ -52,15 +51,18 @@ class StopVote:
 
   client, process_index, process_count: the jax.distributed client and this process's
   place (default: the running job's); tests pass clients of their own service.
+  key: where the votes live in the store (default: one per StopVote this process made,
+  the same on every process since each makes them in the same order); stand-ins for
+  several processes in one (tests) share one key.
   """
 
   def __init__(self, client=None, process_index: int | None = None,
-               process_count: int | None = None, timeout_s: float = TIMEOUT_S):
+               process_count: int | None = None, timeout_s: float = TIMEOUT_S,
+               key: str | None = None):
     self._client = client or _client()
     self._me = jax.process_index() if process_index is None else process_index
     self._n = jax.process_count() if process_count is None else process_count
-    self._prefix = f"bert_jax/stop/{_votes[self._me]}"
-    _votes[self._me] += 1
+    self._prefix = key or f"bert_jax/stop/{next(_votes)}"
     self._timeout_ms = int(timeout_s * 1000)
     self._step = 0  # the vote being cast: one per loop step, on every process
 

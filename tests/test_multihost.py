@@ -2,6 +2,7 @@
 this process with one client per stand-in process): every process reads the same
 decision, one step after the vote, whoever voted. Two real processes:
 tests/train/test_loop_multihost.py."""
+import itertools
 import threading
 import time
 
@@ -10,6 +11,9 @@ import pytest
 from jaxlib import _jax
 
 from bert_jax import multihost
+
+
+_runs = itertools.count()
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,8 @@ def clients():
 
 
 def _votes(clients, **kw):
-  return [multihost.StopVote(c, process_index=i, process_count=2, **kw)
+  key = f"test/{next(_runs)}"  # the stand-ins of one run share its keys
+  return [multihost.StopVote(c, process_index=i, process_count=2, key=key, **kw)
           for i, c in enumerate(clients)]
 
 
@@ -89,7 +94,8 @@ def test_old_votes_are_deleted_and_a_peer_behind_is_waited_for(clients):
 
 
 def test_a_peer_that_never_votes_is_an_error_not_a_hang(clients):
-  lonely = multihost.StopVote(clients[0], process_index=0, process_count=2, timeout_s=0.5)
+  lonely = multihost.StopVote(clients[0], process_index=0, process_count=2, timeout_s=0.5,
+                              key="test/lonely")
   lonely.cast("")
   with pytest.raises(RuntimeError, match="process 1 did not vote on stopping after step 1"):
     lonely.cast("")

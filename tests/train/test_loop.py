@@ -19,7 +19,7 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import parallel
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.tasks import registry
-from bert_jax.train import loop, optim
+from bert_jax.train import loop, optim, preemption
 from tests import procs
 from tests.train.conftest import random_batch, tiny_config
 
@@ -110,14 +110,14 @@ def test_a_first_ctrl_c_asks_for_a_save_a_second_interrupts(capsys):
   where it was a KeyboardInterrupt that lost the steps since the last save; a second
   Ctrl-C interrupts at once. The handlers before are restored."""
   before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-  with loop._Preemption() as preempt:  # pylint: disable=protected-access
+  with preemption.Preemption() as preempt:
     os.kill(os.getpid(), signal.SIGINT)
     assert preempt.requested and preempt.name == "SIGINT"
     assert "Ctrl-C: saving at the end of this step" in capsys.readouterr().out
     with pytest.raises(KeyboardInterrupt):
       os.kill(os.getpid(), signal.SIGINT)
   assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
-  with loop._Preemption() as preempt:  # pylint: disable=protected-access
+  with preemption.Preemption() as preempt:
     os.kill(os.getpid(), signal.SIGTERM)
     assert preempt.requested and preempt.name == "SIGTERM"
 
