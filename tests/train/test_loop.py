@@ -382,8 +382,8 @@ def test_checkpoint_of_another_model_shape_is_a_clear_error(tmp_path):
 def test_two_processes_train_and_a_lost_peer_ends_the_run(data_dir, tmp_path):
   """Two JAX processes on 127.0.0.1 (2 CPU devices each) train one global batch stream and
   checkpoint it. Process 1 is SIGKILLed mid-run: process 0 must exit non-zero within the
-  heartbeat timeout, naming the lost task, not hang; a rerun of both resumes from the
-  newest checkpoint and finishes."""
+  heartbeat timeout, naming the lost task, not hang. (Reruns of two processes that resume
+  and finish exactly: tests/train/test_loop_multihost.py.)"""
   import portpicker
   flags = _flags(e2e_config(data_dir, num_steps=10), str(tmp_path / "run"))
   flags = [f for f in flags if not f.startswith(("--config.mesh_shape",
@@ -422,11 +422,6 @@ def test_two_processes_train_and_a_lost_peer_ends_the_run(data_dir, tmp_path):
   data = [f for f in os.listdir(tmp_path / "run" / "checkpoints" / str(max(saved)) / "data")
           if f.endswith(".json")]
   assert sorted(data) == ["shard_0-of-2.json", "shard_1-of-2.json"]
-  rerun = start()
-  outs = [p.communicate(timeout=300)[0] for p in rerun]
-  assert [p.returncode for p in rerun] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
-  assert f"at step {max(saved)}" in outs[0] and "resumed from" in outs[0], outs[0][-3000:]
-  assert max(ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints")).all_steps()) == 10
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_checkpoints(data_dir, tmp_path):
