@@ -77,8 +77,8 @@ def test_the_step_list_is_process_0s(tmp_path, monkeypatch, caplog):
 
 def test_a_shape_mismatch_on_another_process_stops_every_process(tmp_path, monkeypatch):
   ck = _saved(tmp_path, steps=(2,))
-  monkeypatch.setattr(multihost, "allgather", _Peer(verdicts=["stop: CheckpointMismatchError: checkpoint x does "
-                                                              "not fit this model:"]))
+  verdict = "stop: CheckpointMismatchError: checkpoint x does not fit this model:"
+  monkeypatch.setattr(multihost, "allgather", _Peer(verdicts=[verdict]))
   with pytest.raises(ckpt_lib.CheckpointMismatchError, match="on process 1: checkpoint x"):
     ck.restore(_abstract())
   assert (tmp_path / "ck" / "2").is_dir()  # nothing renamed

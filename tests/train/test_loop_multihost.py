@@ -107,7 +107,7 @@ def test_sigterms_stop_both_processes_at_one_step_and_a_damaged_step_is_skipped_
   # Process 1 cannot read the newest checkpoint (its own data-iterator state is damaged,
   # process 0's is fine): both restore `first`, process 0 moves `second` aside, and the
   # run ends with every step's loss equal to the uninterrupted run's.
-  (ckdir / str(second) / "data" / "process_1-of-2.json").write_text("{damaged")
+  (ckdir / str(second) / "data" / "shard_1-of-2.json").write_text("{damaged")
   codes, outs, _ = _run(workdir, data_dir)
   assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
   assert f"could not be restored on process 1" in outs[0], outs[0][-3000:]
