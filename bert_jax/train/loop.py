@@ -296,9 +296,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
   # A signal stops every process at the same step: one process's own decision alone
   # left the others waiting in the next step's collectives (multihost.StopVote).
-  agree = multihost.StopVote().cast if nproc > 1 else (lambda name: name)
+  several = jax.process_count() > 1
+  agree = multihost.StopVote().cast if several else (lambda name: name)
   stopped_by = ""
-  with Preemption(agreed=nproc > 1) as preempt, _saves_finish_first(ckpt), mesh:
+  with Preemption(agreed=several) as preempt, _saves_finish_first(ckpt), mesh:
     while step < total_steps:
       if _phase_of(plan, step) != phase:
         phase = _phase_of(plan, step)
@@ -353,11 +354,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
                   metrics=last_eval if scored_now else None)
       window.t0 += time.perf_counter() - paused  # (the ETA's rate keeps them: real time)
       if stopped_by:
-        log_stop(stopped_by, step, ckpt.directory, nproc, pidx)
+        log_stop(stopped_by, step, ckpt.directory)
         break
 
   ckpt.close()
-  if nproc == 1:
+  if not several:
     stopped_by = preempt.name  # as before: a signal during the last step's save counts
   # --------------------------------------------------- (6) summary
   result = {"step": step, "preempted": bool(stopped_by), "stopped_by": stopped_by,

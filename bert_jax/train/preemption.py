@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 import threading
 
+import jax
+
 from bert_jax.train.writer import log
 
 
@@ -48,11 +50,12 @@ class Preemption:
       signal.signal(s, previous)
 
 
-def log_stop(signal_name: str, step: int, directory, nproc: int, pidx: int) -> None:
+def log_stop(signal_name: str, step: int, directory) -> None:
   """The line a stopped run ends with; from every process when there are several (each
   says it saved the agreed step)."""
-  if nproc == 1:
+  if jax.process_count() == 1:
     log(f"{signal_name}: saved step {step} in {directory}; exiting.")
   else:
-    print(f"process {pidx}: {signal_name} (agreed by all {nproc} processes): saved step "
-          f"{step} in {directory}; exiting.", flush=True)
+    print(f"process {jax.process_index()}: {signal_name} (agreed by all "
+          f"{jax.process_count()} processes): saved step {step} in {directory}; exiting.",
+          flush=True)
