@@ -11,6 +11,12 @@ or device count loads onto another. A step that fails to load (partial or corrup
 is reported, moved aside to `<step>.corrupt-<time>` (nothing is deleted, and the rerun
 can save that step again), and the previous one is tried; a checkpoint of another model
 shape is a clear error, never a silent fallback.
+
+With several processes every one restores the same step: the step list is process 0's,
+and each step's outcome on every process is known to all before any uses it
+(multihost.allgather), so a step one host cannot read makes all fall back together, and
+only process 0 moves it aside. Reading without a run (inference, init_from, choosing a
+step) lives in checkpoint_read.py; its names are re-exported here.
 """
 from __future__ import annotations
 
@@ -24,17 +30,27 @@ import time
 from typing import Any, Optional
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
 
-from bert_jax import data_checkpoint, paths
+from bert_jax import data_checkpoint, multihost, paths
+# Reading without a run lives in checkpoint_read; its public names are re-exported here,
+# where the CLIs and tasks have always called them (checkpoint.load_params_for_inference).
+from bert_jax.checkpoint_read import (  # pylint: disable=unused-import
+    _best_fn, _item_handlers, checkpoint_steps, load_params_for_inference, load_task_params,
+    read_meta, select_step)
 
 log = logging.getLogger(__name__)
 
 
 class CheckpointMismatchError(ValueError):
   """The checkpoint holds a differently shaped model than the one being restored."""
+
+
+# A restore verdict that stops every process (a shape mismatch, a data layout this run
+# cannot continue: every process raises it), not a damaged file (every process then falls
+# back): "stop: <error class>: <message>".
+_STOP = "stop: "
 
 
 class CheckpointSaveError(OSError):
@@ -57,11 +73,6 @@ def _single_process_array_saves() -> None:
         jax.Array, ocp.type_handlers.ArrayHandler(
             array_metadata_store=array_metadata_store.Store(), use_replica_parallel=False),
         override=True, ignore_warnings=True)
-
-
-def _item_handlers(state_handler=None) -> dict:
-  return {"state": state_handler or ocp.StandardCheckpointHandler(),
-          "meta": ocp.JsonCheckpointHandler(), "data": data_checkpoint.Handler()}
 
 
 class Checkpointer:
@@ -127,38 +138,58 @@ class Checkpointer:
       self.manager.wait_until_finished()
     self.manager.close()
 
-  def latest_step(self) -> Optional[int]:
+  def latest_step(self, agreed: bool = False) -> Optional[int]:
+    """The newest saved step (None: none). agreed=True: the one every process will restore
+    from (agreed_steps); every process must then call it."""
+    if agreed:
+      return (self.agreed_steps() or [None])[-1]
     return self.manager.latest_step()
 
   def all_steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
 
+  def agreed_steps(self) -> list[int]:
+    """The saved steps, ascending, as process 0 lists them: the same list on every process.
+    Hosts can list a shared directory differently (a save still being committed, a
+    lagging network filesystem); a step that another host cannot see then fails its
+    restore there, and all fall back together (restore)."""
+    lists = multihost.allgather("checkpoint-steps", self.all_steps())
+    if any(other != lists[0] for other in lists):
+      log.warning("the processes list different checkpoint steps in %s (%s); restoring from "
+                  "process 0's.", self.directory,
+                  "; ".join(f"process {i}: {steps}" for i, steps in enumerate(lists)))
+    return lists[0]
+
   # --------------------------------------------------------------- restore
   def restore(self, abstract_state: Any, data_iterator=None, step: Optional[int] = None):
-    """Restores the newest loadable checkpoint onto `abstract_state`'s shardings.
+    """Restores the newest checkpoint every process can load onto `abstract_state`'s
+    shardings.
 
+    Every process tries the same step, and all learn every process's outcome before any
+    uses it (multihost.allgather): a step that fails anywhere is skipped everywhere, so
+    all restore the same older step (or all raise), never hosts on different steps.
     Returns (state, meta, step) or None when the directory holds no checkpoint.
-    Raises CheckpointMismatchError when a checkpoint's arrays differ in shape.
+    Raises CheckpointMismatchError when a checkpoint's arrays differ in shape, and
+    data_checkpoint.DataLayoutError when its data stream cannot continue on this layout.
     """
-    steps = [step] if step is not None else sorted(self.manager.all_steps(), reverse=True)
+    steps = [step] if step is not None else self.agreed_steps()[::-1]
     unreadable = []  # newer steps that failed, moved aside once an older one restores
     for s in steps:
-      try:
-        check_compatible(self.state_metadata(s), abstract_state, f"{self.directory}/{s}")
-        items = {"state": ocp.args.StandardRestore(abstract_state),
-                 "meta": ocp.args.JsonRestore()}
-        has_data = (self.directory / str(s) / "data").is_dir()
-        if data_iterator is not None and has_data:
-          items["data"] = data_checkpoint.Restore(data_iterator, self._data_layout)
-        elif data_iterator is not None:
-          log.warning("checkpoint %d has no data iterator state; the data stream restarts.", s)
-        restored = self.manager.restore(s, args=ocp.args.Composite(**items))
-      except (CheckpointMismatchError, data_checkpoint.DataLayoutError):
-        raise
-      except Exception as e:  # noqa: BLE001 - any read failure means "try an older one"
-        why = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-        log.warning("checkpoint step %d in %s could not be restored (%s)%s.", s,
-                    self.directory, why, "" if step is not None else
+      restored, why, stop = self._try_restore(s, abstract_state, data_iterator)
+      verdicts = multihost.allgather("checkpoint-restore", why)  # "" = restored there
+      if stop is not None:
+        raise stop
+      failed = [(i, v) for i, v in enumerate(verdicts) if v]
+      for i, v in failed:
+        if v.startswith(_STOP):  # another host cannot go on from here: all stop alike
+          kind, message = v[len(_STOP):].split(": ", 1)
+          error = (data_checkpoint.DataLayoutError if kind == "DataLayoutError" else
+                   CheckpointMismatchError)
+          raise error(f"on process {i}: {message}")
+      if failed:
+        where = "" if len(verdicts) == 1 else f" on process {', '.join(str(i) for i, _ in failed)}"
+        log.warning("checkpoint step %d in %s could not be restored%s (%s)%s.", s,
+                    self.directory, where, failed[0][1], "" if step is not None else
                     "; falling back to the previous one")
         unreadable.append(s)
         continue
@@ -171,6 +202,37 @@ class Checkpointer:
       raise RuntimeError(f"none of the checkpoints {steps} in {self.directory} could be restored.")
     return None
 
+  def _try_restore(self, step: int, abstract_state: Any, data_iterator):
+    """(restored or None, "" or why it failed here, the error that stops every process
+    (CheckpointMismatchError, DataLayoutError) or None)."""
+    try:
+      check_compatible(self.state_metadata(step), abstract_state, f"{self.directory}/{step}")
+      items = {"state": ocp.args.StandardRestore(abstract_state),
+               "meta": ocp.args.JsonRestore()}
+      has_data = (self.directory / str(step) / "data").is_dir()
+      if data_iterator is not None and has_data:
+        items["data"] = data_checkpoint.Restore(data_iterator, self._data_layout)
+      elif data_iterator is not None:
+        log.warning("checkpoint %d has no data iterator state; the data stream restarts.", step)
+      return self._read(step, ocp.args.Composite(**items)), "", None
+    except (CheckpointMismatchError, data_checkpoint.DataLayoutError) as e:
+      return None, f"{_STOP}{type(e).__name__}: {e}", e
+    except Exception as e:  # noqa: BLE001 - any read failure means "try an older one"
+      return None, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", None
+
+  def _read(self, step: int, args):
+    """One step's items. With several processes, through orbax's handler itself: the
+    manager's restore ends in a device barrier (orbax Checkpointer.restore) that a process
+    whose read failed never reaches, so the others waited in it forever instead of
+    learning of the failure (restore agrees through the coordination service instead)."""
+    if jax.process_count() == 1:
+      return self.manager.restore(step, args=args)
+    handler = ocp.CompositeCheckpointHandler(**_item_handlers())
+    try:
+      return handler.restore(self.directory / str(step), args=args)
+    finally:
+      handler.close()
+
   def _move_aside(self, step: int) -> str:
     """Renames an unreadable step to `<step>.corrupt-<time>` (not a step to orbax any more),
     so the run that falls back past it can save that step again (orbax refuses to
@@ -179,11 +241,9 @@ class Checkpointer:
     dst = self.directory / f"{step}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
     if jax.process_index() == 0 and src.exists():
       src.rename(dst)
-    if jax.process_count() > 1:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-      multihost_utils.sync_global_devices(f"checkpoint-{step}-moved-aside")
+    dst = multihost.allgather("checkpoint-moved-aside", str(dst))[0]  # after the rename
     self.manager.reload()
-    return str(dst)
+    return dst
 
   def state_metadata(self, step: int):
     """The saved state's tree of array metadata (shapes, dtypes)."""
@@ -192,46 +252,6 @@ class Checkpointer:
     if tree is None:
       raise FileNotFoundError(f"checkpoint {self.directory}/{step} has no readable state metadata")
     return tree
-
-
-def _best_fn(metric: str, mode: str):
-  """A checkpoint's metrics -> its score; one scored without `metric` ranks last."""
-  worst = float("-inf") if mode == "max" else float("inf")
-  return lambda m: float(m.get(metric, worst))
-
-
-class _DropReadOnlyNote(logging.Filter):
-  """orbax logs 'Given directory is read only=<dir>' for every read-only manager: what a
-  user reads as a permission problem with their workdir (every CLI that loads one)."""
-
-  def filter(self, record):
-    return not str(record.msg).startswith("Given directory is read only")
-
-
-def _reader(directory, item_handlers: dict, **options) -> ocp.CheckpointManager:
-  """A read-only CheckpointManager of `directory` (creates nothing), without orbax's note."""
-  absl_logger, note = logging.getLogger("absl"), _DropReadOnlyNote()
-  absl_logger.addFilter(note)
-  try:
-    return ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(
-        read_only=True, create=False, save_interval_steps=0, **options),  # 0: orbax's
-                                 item_handlers=item_handlers)  # read-only value, no note
-  finally:
-    absl_logger.removeFilter(note)
-
-
-# ------------------------------------------------------------- choosing a step
-def checkpoint_steps(workdir: str):
-  """(workdir/checkpoints as an epath, its saved steps ascending; [] when none)."""
-  directory = paths.resolve(workdir) / "checkpoints"
-  if not directory.is_dir():
-    return directory, []
-  return directory, sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
-
-
-def read_meta(step_dir) -> dict:
-  """The meta item (task, config, model_config, tokenizer_dir) of one step directory."""
-  return json.loads((paths.resolve(step_dir) / "meta" / "metadata").read_text())
 
 
 def run_differences(saved: dict, this_run: dict) -> list[str]:
@@ -264,33 +284,6 @@ def another_run_error(error: CheckpointMismatchError, step_dir, this_run: dict):
       f"checkpoint {step_dir} was saved by another run: {', '.join(changed)}. A workdir "
       "resumes its own run: use a new --workdir or the config it was saved with "
       "(--config.init_from=DIR takes only the params of a BERT checkpoint).")
-
-
-def select_step(directory, steps: list[int], which: str, train: dict) -> int:
-  """The step `which` names among `steps` (ascending, not empty) of `directory`.
-
-  which: "latest", a step number, or "best": the best by the run's train config
-  (`best_metric`, `best_mode`), the newest when the run kept no best. ValueError
-  names a step that is not there or an unknown word.
-  """
-  if which == "latest":
-    return steps[-1]
-  if which.isdigit():
-    if int(which) not in steps:
-      raise ValueError(f"--checkpoint {which}: {directory} has steps {steps}.")
-    return int(which)
-  if which != "best":
-    raise ValueError(f"--checkpoint {which!r}: best, latest or a step number.")
-  metric, mode = train.get("best_metric") or "", train.get("best_mode", "max")
-  if not metric:
-    return steps[-1]
-  manager = _reader(directory, _item_handlers(), best_fn=_best_fn(metric, mode),
-                    best_mode=mode)
-  try:
-    best = manager.best_step()
-  finally:
-    manager.close()
-  return steps[-1] if best is None else best
 
 
 def _shapes(tree) -> dict[str, tuple]:
@@ -364,51 +357,3 @@ def _as_plain(tree):
   return tree
 
 
-# ---------------------------------------------------------------- inference loading
-def load_task_params(path: str, task: str, family: str, alternative: str):
-  """The params (numpy) of one of our checkpoints of `task`, for a run's init_from; a
-  checkpoint of another task is one ValueError naming it (the shape check's listing of
-  every missing array said nothing of why). family / alternative: what the message asks
-  for, e.g. "a GPT", "a Hugging Face GPT-2 directory"."""
-  _, params, _, meta = load_params_for_inference(path, return_meta=True)
-  if meta.get("task") != task:
-    raise ValueError(f"config.init_from {path} holds a {meta.get('task')!r} checkpoint, not "
-                     f"{family}: give {family} workdir (task {task}){alternative}.")
-  return params
-
-
-def load_params_for_inference(path: str, with_params: bool = True, return_meta: bool = False):
-  """(TransformerConfig, params as numpy, tokenizer dir or None) from one of our checkpoints.
-
-  `path` is a workdir, its `checkpoints/` dir, or one step dir inside it. Without
-  `with_params` only the metadata is read and params is None. With return_meta, the saved
-  meta dict (task name, run config, ...) comes fourth.
-  """
-  from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
-  path = paths.resolve(path)
-  if (path / "checkpoints").is_dir():
-    path = path / "checkpoints"
-  step = None
-  if path.name.isdigit() and (path / "state").is_dir():
-    step, path = int(path.name), path.parent
-  manager = _reader(path, _item_handlers(ocp.PyTreeCheckpointHandler()))
-  step = manager.latest_step() if step is None else step
-  if step is None:
-    raise FileNotFoundError(f"no bert_jax checkpoint found under {path}")
-  meta = manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-  if "model_config" not in meta:  # word2vec: its own trainer, no Transformer
-    raise ValueError(f"{path}/{step} is a {meta.get('task', 'non-Transformer')!r} checkpoint:"
-                     " it holds no Transformer model (no model_config in its meta).")
-  model_config = TransformerConfig(**meta["model_config"])
-  if not with_params:
-    return ((model_config, None, meta.get("tokenizer_dir"), meta) if return_meta
-            else (model_config, None, meta.get("tokenizer_dir")))
-  state_meta = manager.item_metadata(step)["state"]
-  restore_args = jax.tree_util.tree_map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray),
-                                        state_meta)
-  state = manager.restore(step, args=ocp.args.Composite(
-      state=ocp.args.PyTreeRestore(restore_args=restore_args)))["state"]
-  params = state["params"]
-  if return_meta:
-    return model_config, params, meta.get("tokenizer_dir"), meta
-  return model_config, params, meta.get("tokenizer_dir")

@@ -63,6 +63,12 @@ def _maybe_initialize_distributed():
   # Cross-process collectives between CPU devices (multi-process CPU runs, tests); it
   # does not affect GPU/TPU collectives. Must precede any backend initialization.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  # jax's preemption service installs a C++ SIGTERM handler that only records the notice
+  # for multihost_utils.reached_preemption_sync_point, which nothing here calls: a SIGTERM
+  # before the loop was swallowed (the run went on until SIGKILL). The loop's own handler
+  # hears SIGTERM and Ctrl-C alike and every process agrees on the stop
+  # (train/preemption.py, multihost.StopVote); before it, SIGTERM ends the process.
+  jax.config.update("jax_enable_preemption_service", False)
   if FLAGS.coordinator_address:
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id,
                                heartbeat_timeout_seconds=FLAGS.heartbeat_timeout)

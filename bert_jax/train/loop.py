@@ -11,8 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import signal
-import threading
 import time
 
 import flax.linen as nn
@@ -21,44 +19,15 @@ import ml_collections
 import numpy as np
 
 from bert_jax import checkpoint as ckpt_lib
-from bert_jax import parallel, progress
+from bert_jax import multihost, parallel, progress
 from bert_jax.train import mfu
 from bert_jax.train import optim, steps, wandb_run
+from bert_jax.train.preemption import Preemption, log_stop
 from bert_jax.train.writer import MetricWriter, MetricsWriteError, eval_report, log, progress_line
 
 
 class NonFiniteLossError(FloatingPointError):
   """The loss or gradient norm became NaN/inf."""
-
-
-class _Preemption:
-  """SIGTERM (preemption) or a first Ctrl-C (SIGINT) sets a flag: the loop saves at the
-  next step and exits cleanly. A second Ctrl-C interrupts at once, as Python's default
-  (a Ctrl-C was a KeyboardInterrupt traceback that lost the steps since the last save)."""
-
-  _SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-  def __init__(self):
-    self.requested = False
-    self.name = ""  # of the signal that asked
-    self._previous = {}
-
-  def __enter__(self):
-    if threading.current_thread() is threading.main_thread():
-      self._previous = {s: signal.signal(s, self._handler) for s in self._SIGNALS}
-    return self
-
-  def _handler(self, signum, frame):
-    del frame
-    if signum == signal.SIGINT and self.requested:
-      raise KeyboardInterrupt  # the second Ctrl-C: do not wait for the save
-    if signum == signal.SIGINT:
-      log("Ctrl-C: saving at the end of this step, then exiting (Ctrl-C again to abort).")
-    self.requested, self.name = True, signal.Signals(signum).name
-
-  def __exit__(self, *exc):
-    for s, previous in self._previous.items():
-      signal.signal(s, previous)
 
 
 @contextlib.contextmanager
@@ -273,7 +242,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
                                best_metric=tc.get("best_metric") or None,
                                best_mode=tc.get("best_mode", "max"), row_shards=shards)
   start_step = 0
-  latest = ckpt.latest_step()
+  latest = ckpt.latest_step(agreed=True)  # the same on every process
   phase = _phase_of(plan, latest or 0)
   train_iter = task.train_iterator(plan[phase][2], host_batch, shard, nshards, config.seed)
   if latest is not None:
@@ -325,7 +294,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   loop_t0, loop_step0 = time.perf_counter(), start_step
   step = start_step
   step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
-  with _Preemption() as preempt, _saves_finish_first(ckpt), mesh:
+  # A signal stops every process at the same step: one process's own decision alone
+  # left the others waiting in the next step's collectives (multihost.StopVote).
+  several = jax.process_count() > 1
+  agree = multihost.StopVote().cast if several else (lambda name: name)
+  stopped_by = ""
+  with Preemption(agreed=several) as preempt, _saves_finish_first(ckpt), mesh:
     while step < total_steps:
       if _phase_of(plan, step) != phase:
         phase = _phase_of(plan, step)
@@ -335,9 +309,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
       batch = to_global(next(train_iter))
       state, m = p_train(state, batch)
       step += 1
+      stopped_by = agree(preempt.name)  # "" = go on (several processes: one step late)
       window.add(m, *step_cost)
 
-      if step % tc.log_every == 0 or step == total_steps or preempt.requested:
+      if step % tc.log_every == 0 or step == total_steps or stopped_by:
         got = jax.device_get(window.metrics)
         bad = [step - len(got) + i + 1 for i, x in enumerate(got) if x["finite"] < 1]
         if bad and not tc.skip_nonfinite:
@@ -373,21 +348,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
           writer.write_scalars(step, {f"eval/{k}": v for k, v in last_eval.items()})
           log(eval_report(step, last_eval))
 
-      if step % checkpoint_every == 0 or step == total_steps or preempt.requested:
+      if step % checkpoint_every == 0 or step == total_steps or stopped_by:
         # Only a checkpoint scored at its own step carries metrics (and can be "best").
         ckpt.save(step, state, _meta(config, task, phase), train_iter,
                   metrics=last_eval if scored_now else None)
       window.t0 += time.perf_counter() - paused  # (the ETA's rate keeps them: real time)
-      if preempt.requested:
-        log(f"{preempt.name}: saved step {step} in {ckpt.directory}; exiting.")
+      if stopped_by:
+        log_stop(stopped_by, step, ckpt.directory)
         break
 
   ckpt.close()
+  if not several:
+    stopped_by = preempt.name  # as before: a signal during the last step's save counts
   # --------------------------------------------------- (6) summary
-  result = {"step": step, "preempted": preempt.requested, "stopped_by": preempt.name,
+  result = {"step": step, "preempted": bool(stopped_by), "stopped_by": stopped_by,
             **summary,
             **{f"eval/{k}": v for k, v in last_eval.items()}}
-  if not preempt.requested:  # a finished run: its config and final metrics side by side
+  if not stopped_by:  # a finished run: its config and final metrics side by side
     writer.write_hparams(config.to_dict(), {k: v for k, v in result.items() if "/" in k})
   writer.close()
   if first_metrics and summary:

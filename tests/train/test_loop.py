@@ -19,7 +19,7 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import parallel
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.tasks import registry
-from bert_jax.train import loop, optim
+from bert_jax.train import loop, optim, preemption
 from tests import procs
 from tests.train.conftest import random_batch, tiny_config
 
@@ -110,14 +110,14 @@ def test_a_first_ctrl_c_asks_for_a_save_a_second_interrupts(capsys):
   where it was a KeyboardInterrupt that lost the steps since the last save; a second
   Ctrl-C interrupts at once. The handlers before are restored."""
   before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
-  with loop._Preemption() as preempt:  # pylint: disable=protected-access
+  with preemption.Preemption() as preempt:
     os.kill(os.getpid(), signal.SIGINT)
     assert preempt.requested and preempt.name == "SIGINT"
     assert "Ctrl-C: saving at the end of this step" in capsys.readouterr().out
     with pytest.raises(KeyboardInterrupt):
       os.kill(os.getpid(), signal.SIGINT)
   assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
-  with loop._Preemption() as preempt:  # pylint: disable=protected-access
+  with preemption.Preemption() as preempt:
     os.kill(os.getpid(), signal.SIGTERM)
     assert preempt.requested and preempt.name == "SIGTERM"
 
@@ -382,8 +382,8 @@ def test_checkpoint_of_another_model_shape_is_a_clear_error(tmp_path):
 def test_two_processes_train_and_a_lost_peer_ends_the_run(data_dir, tmp_path):
   """Two JAX processes on 127.0.0.1 (2 CPU devices each) train one global batch stream and
   checkpoint it. Process 1 is SIGKILLed mid-run: process 0 must exit non-zero within the
-  heartbeat timeout, naming the lost task, not hang; a rerun of both resumes from the
-  newest checkpoint and finishes."""
+  heartbeat timeout, naming the lost task, not hang. (Reruns of two processes that resume
+  and finish exactly: tests/train/test_loop_multihost.py.)"""
   import portpicker
   flags = _flags(e2e_config(data_dir, num_steps=10), str(tmp_path / "run"))
   flags = [f for f in flags if not f.startswith(("--config.mesh_shape",
@@ -422,11 +422,6 @@ def test_two_processes_train_and_a_lost_peer_ends_the_run(data_dir, tmp_path):
   data = [f for f in os.listdir(tmp_path / "run" / "checkpoints" / str(max(saved)) / "data")
           if f.endswith(".json")]
   assert sorted(data) == ["shard_0-of-2.json", "shard_1-of-2.json"]
-  rerun = start()
-  outs = [p.communicate(timeout=300)[0] for p in rerun]
-  assert [p.returncode for p in rerun] == [0, 0], outs[0][-3000:] + outs[1][-3000:]
-  assert f"at step {max(saved)}" in outs[0] and "resumed from" in outs[0], outs[0][-3000:]
-  assert max(ckpt_lib.Checkpointer(str(tmp_path / "run" / "checkpoints")).all_steps()) == 10
 
 
 def test_nonfinite_loss_stops_naming_the_step_and_keeps_checkpoints(data_dir, tmp_path):

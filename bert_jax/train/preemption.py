@@ -1,0 +1,61 @@
+"""Stopping a run cleanly on a signal: the handlers, and the line a stopped run ends with.
+
+The loop (train/loop.py) saves the step it stops at and returns; main.py turns how it
+stopped into the exit status (0 for SIGTERM, 130 for Ctrl-C). With several processes
+each one's signal is a vote, and all stop at the step they agree on (multihost.StopVote).
+"""
+from __future__ import annotations
+
+import signal
+import threading
+
+import jax
+
+from bert_jax.train.writer import log
+
+
+class Preemption:
+  """SIGTERM (preemption) or a first Ctrl-C (SIGINT) sets a flag: the loop saves at the
+  next step and exits cleanly. A second Ctrl-C interrupts at once, as Python's default
+  (a Ctrl-C was a KeyboardInterrupt traceback that lost the steps since the last save).
+  With several processes the flag is only this process's vote: every process stops at
+  the step they agree on (bert_jax/multihost.py StopVote), the next step at the latest.
+  The SLURM (scancel, time limit) and TPU (preemption, maintenance) launchers send
+  SIGTERM."""
+
+  _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+  def __init__(self, agreed: bool = False):
+    self.requested = False
+    self.name = ""  # of the signal that asked
+    self._previous = {}
+    self._when = "the end of the next step, once every process agrees" if agreed else (
+        "the end of this step")
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._previous = {s: signal.signal(s, self._handler) for s in self._SIGNALS}
+    return self
+
+  def _handler(self, signum, frame):
+    del frame
+    if signum == signal.SIGINT and self.requested:
+      raise KeyboardInterrupt  # the second Ctrl-C: do not wait for the save
+    if signum == signal.SIGINT:
+      log(f"Ctrl-C: saving at {self._when}, then exiting (Ctrl-C again to abort).")
+    self.requested, self.name = True, signal.Signals(signum).name
+
+  def __exit__(self, *exc):
+    for s, previous in self._previous.items():
+      signal.signal(s, previous)
+
+
+def log_stop(signal_name: str, step: int, directory) -> None:
+  """The line a stopped run ends with; from every process when there are several (each
+  says it saved the agreed step)."""
+  if jax.process_count() == 1:
+    log(f"{signal_name}: saved step {step} in {directory}; exiting.")
+  else:
+    print(f"process {jax.process_index()}: {signal_name} (agreed by all "
+          f"{jax.process_count()} processes): saved step {step} in {directory}; exiting.",
+          flush=True)

@@ -1,0 +1,92 @@
+"""Checkpointer.restore agreed by every process, with a second process played by a stand-in
+for multihost.allgather: its step list and its restore outcomes are what another host would
+report. (Two real processes: tests/train/test_loop_multihost.py.)"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import multihost
+
+
+def _state(value: float):
+  mesh = jax.make_mesh((8,), ("d",))
+  sharding = NamedSharding(mesh, P("d"))
+  return {"w": jax.device_put(jnp.full((16,), value, jnp.float32), sharding)}
+
+
+def _saved(tmp_path, steps=(2, 4)):
+  ck = ckpt_lib.Checkpointer(str(tmp_path / "ck"), async_save=False)
+  for s in steps:
+    ck.save(s, _state(float(s)), {"task": "t"})
+  ck.wait()
+  return ck
+
+
+def _abstract():
+  return jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), _state(0.0))
+
+
+class _Peer:
+  """Process 1 of two: lists `steps` and answers each restore with the next of `verdicts`
+  ("" = it restored); this test's process is process 0."""
+
+  def __init__(self, steps=None, verdicts=()):
+    self.steps, self.verdicts, self.calls = steps, list(verdicts), []
+
+  def __call__(self, name, value, timeout_s=multihost.TIMEOUT_S):
+    self.calls.append((name, value))
+    if name == "checkpoint-steps":
+      return [value, value if self.steps is None else self.steps]
+    if name == "checkpoint-restore":
+      return [value, self.verdicts.pop(0) if self.verdicts else ""]
+    return [value, "process 1's value"]
+
+
+def test_a_step_another_process_cannot_read_is_skipped_by_all(tmp_path, monkeypatch, caplog):
+  """This process reads step 4 fine, but process 1 cannot (a damaged shard of its own):
+  both restore step 2, and step 4 is moved aside once (by process 0, this one)."""
+  ck = _saved(tmp_path)
+  peer = _Peer(verdicts=["OSError: damaged shard on host 1", ""])
+  monkeypatch.setattr(multihost, "allgather", peer)
+  with caplog.at_level("WARNING"):
+    state, meta, step = ck.restore(_abstract())
+  assert step == 2 and meta["task"] == "t"
+  np.testing.assert_array_equal(jax.device_get(state["w"]), np.full((16,), 2.0))
+  assert [n for n, _ in peer.calls] == ["checkpoint-steps", "checkpoint-restore",
+                                        "checkpoint-restore", "checkpoint-moved-aside"]
+  assert [v for n, v in peer.calls if n == "checkpoint-restore"] == ["", ""]  # both read here
+  assert "could not be restored on process 1 (OSError: damaged shard on host 1)" in caplog.text
+  assert [p.name.split(".")[0] for p in (tmp_path / "ck").glob("4.corrupt-*")] == ["4"]
+  assert ckpt_lib.Checkpointer(str(tmp_path / "ck")).all_steps() == [2]
+
+
+def test_the_step_list_is_process_0s(tmp_path, monkeypatch, caplog):
+  """Process 1 lists only step 2 (a lagging filesystem): every process restores from
+  process 0's list, newest first (step 4 restores on both here)."""
+  ck = _saved(tmp_path)
+  monkeypatch.setattr(multihost, "allgather", _Peer(steps=[2]))
+  with caplog.at_level("WARNING"):
+    assert ck.latest_step(agreed=True) == 4
+    assert ck.restore(_abstract())[2] == 4
+  assert "process 0: [2, 4]; process 1: [2]" in caplog.text
+
+
+def test_a_shape_mismatch_on_another_process_stops_every_process(tmp_path, monkeypatch):
+  ck = _saved(tmp_path, steps=(2,))
+  verdict = "stop: CheckpointMismatchError: checkpoint x does not fit this model:"
+  monkeypatch.setattr(multihost, "allgather", _Peer(verdicts=[verdict]))
+  with pytest.raises(ckpt_lib.CheckpointMismatchError, match="on process 1: checkpoint x"):
+    ck.restore(_abstract())
+  assert (tmp_path / "ck" / "2").is_dir()  # nothing renamed
+
+
+def test_when_every_step_fails_somewhere_all_stop_with_one_error(tmp_path, monkeypatch):
+  ck = _saved(tmp_path)
+  monkeypatch.setattr(multihost, "allgather", _Peer(verdicts=["OSError: a", "OSError: b"]))
+  with pytest.raises(RuntimeError, match=r"none of the checkpoints \[4, 2\]"):
+    ck.restore(_abstract())
+  assert ckpt_lib.Checkpointer(str(tmp_path / "ck")).all_steps() == [2, 4]  # nothing renamed

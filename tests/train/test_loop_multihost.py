@@ -1,0 +1,120 @@
+"""Two JAX processes (4 CPU devices each, mesh (2, 1, 4)) that stop and restore together.
+
+One uninterrupted reference run, then one workdir taken through: a SIGTERM to process 1
+alone; a rerun with SIGTERMs to both processes 1 s apart; the newest checkpoint damaged
+for process 1 only (its data-iterator file); a rerun to the end. Every stop is the same
+saved step on both processes within the bound (multihost.StopVote: a signal that reaches
+a process before its vote of step k stops both after step k + 1), both exit 0, the damaged
+step makes both restore the same older step, and every step's loss equals the reference's.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from bert_jax import checkpoint as ckpt_lib
+from tests import procs
+from tests.train.test_loop import ROOT, _flags, _losses, e2e_config
+
+STEPS = 14
+SAVED = re.compile(r"process (\d): SIGTERM \(agreed by all 2 processes\): saved step (\d+)")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("data"))
+
+
+def _run(workdir, data_dir, signals=()):
+  """Both processes of one run until they end (at most 300 s). signals: (step, [(process,
+  delay_s)]): SIGTERM each `process` `delay_s` after process 0 logs `step STEP/..`.
+  Returns (return codes, outputs, seconds from the first signal to the last exit)."""
+  import portpicker  # pylint: disable=g-import-not-at-top
+  flags = [f for f in _flags(e2e_config(data_dir, num_steps=STEPS), workdir)
+           if not f.startswith(("--config.mesh_shape", "--config.train.checkpoint_every"))]
+  flags += ["--config.mesh_shape=(2,1,4)", "--config.train.checkpoint_every=100",
+            "--config.train.keep_checkpoints=5", "--num_processes=2", "--heartbeat_timeout=30",
+            f"--coordinator_address=127.0.0.1:{portpicker.pick_unused_port()}"]
+  env = dict(os.environ, XLA_FLAGS=procs.xla_flags(4), JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+  hosts = [subprocess.Popen([sys.executable, "-u", "-m", "bert_jax.main"] + flags +
+                            [f"--process_id={i}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
+  outs, sent = [[], []], []
+
+  def read(i):
+    for line in hosts[i].stdout:
+      outs[i].append(line)
+      for step, targets in signals:
+        if i == 0 and line.startswith(f"step {step}/"):
+          sent.append(time.monotonic())
+          for p, delay in targets:
+            threading.Timer(delay, hosts[p].send_signal, (signal.SIGTERM,)).start()
+
+  readers = [threading.Thread(target=read, args=(i,)) for i in range(2)]
+  for t in readers:
+    t.start()
+  for h in hosts:
+    try:
+      h.wait(timeout=300)
+    except subprocess.TimeoutExpired:  # a hang: end it, the asserts then say so
+      h.kill()
+  ended = time.monotonic()
+  for t in readers:
+    t.join()
+  return ([h.returncode for h in hosts], ["".join(o) for o in outs],
+          ended - sent[0] if sent else None)
+
+
+def _saved_step(outs) -> int:
+  """The step both processes say they saved; fails unless they name the same one."""
+  said = dict(m.groups() for o in outs for m in [SAVED.search(o)] if m)
+  assert sorted(said) == ["0", "1"], outs[0][-3000:] + outs[1][-3000:]
+  assert said["0"] == said["1"], said
+  return int(said["0"])
+
+
+@pytest.mark.multiprocess
+def test_sigterms_stop_both_processes_at_one_step_and_a_damaged_step_is_skipped_by_both(
+    data_dir, tmp_path):
+  ref = str(tmp_path / "reference")
+  codes, outs, _ = _run(ref, data_dir)
+  assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+  workdir = str(tmp_path / "run")
+  ckdir = tmp_path / "run" / "checkpoints"
+
+  # SIGTERM to process 1 alone when process 0 logs step 3: process 1 then posts its vote
+  # of step 3 or 4 at the latest (the votes keep it within a step of process 0), so both
+  # stop after step 4, 5 or 6.
+  codes, outs, took = _run(workdir, data_dir, signals=[(3, [(1, 0.0)])])
+  assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+  first = _saved_step(outs)
+  assert 4 <= first <= 6 and ckpt_lib.Checkpointer(str(ckdir)).all_steps() == [first]
+  assert took < 120, took  # two steps and a save (on a loaded 2-core machine)
+
+  # The rerun resumes there; SIGTERM to process 0 at step first + 2, to process 1 1 s later.
+  codes, outs, took = _run(workdir, data_dir, signals=[(first + 2, [(0, 0.0), (1, 1.0)])])
+  assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+  assert f"at step {first}" in outs[0], outs[0][-3000:]
+  second = _saved_step(outs)
+  assert first + 3 <= second <= first + 4, (first, second)  # process 0's signal decides
+  assert took < 120, took
+
+  # Process 1 cannot read the newest checkpoint (its own data-iterator state is damaged,
+  # process 0's is fine): both restore `first`, process 0 moves `second` aside, and the
+  # run ends with every step's loss equal to the uninterrupted run's.
+  (ckdir / str(second) / "data" / "shard_1-of-2.json").write_text("{damaged")
+  codes, outs, _ = _run(workdir, data_dir)
+  assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+  assert f"could not be restored on process 1" in outs[0], outs[0][-3000:]
+  assert f"resumed from {ckdir}/{first} at step {first}" in outs[0], outs[0][-3000:]
+  assert len(list(ckdir.glob(f"{second}.corrupt-*"))) == 1
+  assert ckpt_lib.Checkpointer(str(ckdir)).all_steps() == [first, STEPS]
+  want, got = _losses(ref), _losses(workdir)
+  assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
+  for step in want:
+    assert got[step] == pytest.approx(want[step], abs=1e-6), (step, got, want)
