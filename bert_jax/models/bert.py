@@ -80,7 +80,8 @@ class BertModel(nn.Module):
 
   def __call__(self, input_ids: Array, input_mask: Array | None = None,
                segment_ids: Array | None = None, positions: Array | None = None,
-               packed_segment_ids: Array | None = None, output_hidden_states: bool = False):
+               packed_segment_ids: Array | None = None, output_hidden_states: bool = False,
+               pool_positions: Array | None = None):
     """Encodes token ids.
 
     Args:
@@ -91,6 +92,8 @@ class BertModel(nn.Module):
       packed_segment_ids: [batch, len] document ids of packed rows (1, 2, ...; 0 = pad):
         attention stays within a document (block-diagonal mask).
       output_hidden_states: also return the embeddings + every layer's output.
+      pool_positions: [batch, K] the [CLS] position of each of a packed row's K examples:
+        the pooler runs on those, `pooled_output` is then [batch, K, hidden].
 
     Returns:
       dict with `sequence_output` [batch, len, hidden], `pooled_output` [batch, hidden]
@@ -105,7 +108,10 @@ class BertModel(nn.Module):
     x = self.embeddings(input_ids, segment_ids, positions)
     x, hidden = self.encoder(x, mask, positions, output_hidden_states=output_hidden_states)
     out = {"sequence_output": x}
-    if self.add_pooler:
+    if self.add_pooler and pool_positions is not None:
+      cls = gather_positions(x, pool_positions)               # [batch, K, hidden]
+      out["pooled_output"] = jnp.tanh(self.pooler(cls))
+    elif self.add_pooler:
       # [CLS] rows over the data axes, features whole, as MlmHead's rows. Unpinned, the
       # pooler's fsdp-split kernel left them split by feature, and the NSP head and the
       # backward of x[:, 0] moved them back by all-to-all (2 on BERT-large S512, 4 on

@@ -40,20 +40,40 @@ class BertForSequenceClassification(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids: Array, input_mask: Array | None = None,
-               segment_ids: Array | None = None) -> dict:
+               segment_ids: Array | None = None, positions: Array | None = None,
+               packed_segment_ids: Array | None = None,
+               example_starts: Array | None = None) -> dict:
+    """Padded rows (one example a row): logits [batch, num_labels]. Packed rows
+    (tasks/finetune/packing.py; positions, packed_segment_ids and example_starts
+    [batch * K], the [CLS] of each of a row's K example slots): one pooled vector per
+    slot, logits [batch * K, num_labels] (empty slots give the bias)."""
     cfg = self.config
     if self.pooling not in ("cls", "mean"):
       raise ValueError(f"pooling={self.pooling!r}; expected 'cls' or 'mean'.")
+    packed = example_starts is not None
+    starts = example_starts.reshape(input_ids.shape[0], -1) if packed else None  # [b, K]
     out = BertModel(cfg, add_pooler=self.pooling == "cls", name="bert")(
-        input_ids, input_mask, segment_ids)
+        input_ids, input_mask, segment_ids, positions, packed_segment_ids,
+        pool_positions=starts)
     if self.pooling == "cls":
-      pooled = out["pooled_output"]                            # [batch, hidden]
+      pooled = out["pooled_output"]                            # [batch(, K), hidden]
+    elif packed:
+      # Slot k's tokens are those of segment k + 1: their mean, as a one-hot matmul
+      # (HIGHEST: a selection must not round the hidden states on TPU/GPU).
+      slots = jnp.arange(1, starts.shape[1] + 1)
+      member = (packed_segment_ids[:, None, :] == slots[None, :, None])  # [b, K, len]
+      member = member.astype(out["sequence_output"].dtype)
+      total = jnp.einsum("bkl,bld->bkd", member, out["sequence_output"],
+                         precision=jax.lax.Precision.HIGHEST)
+      pooled = total / jnp.maximum(jnp.sum(member, -1), 1)[..., None]   # [b, K, hidden]
     else:
       mask = (jnp.ones_like(input_ids) if input_mask is None else input_mask)[..., None]
       mask = mask.astype(out["sequence_output"].dtype)         # [batch, len, 1]
       pooled = jnp.sum(out["sequence_output"] * mask, 1) / jnp.maximum(jnp.sum(mask, 1), 1)
+    if packed:
+      pooled = pooled.reshape(-1, pooled.shape[-1])           # [batch * K, hidden]
     x = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(pooled)
-    logits = _dense(cfg, self.num_labels, "classifier")(x)    # [batch, num_labels]
+    logits = _dense(cfg, self.num_labels, "classifier")(x)    # [examples, num_labels]
     return {"logits": logits.astype(jnp.float32)}
 
 
@@ -64,9 +84,12 @@ class BertForTokenClassification(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids: Array, input_mask: Array | None = None,
-               segment_ids: Array | None = None) -> dict:
+               segment_ids: Array | None = None, positions: Array | None = None,
+               packed_segment_ids: Array | None = None) -> dict:
+    """positions and packed_segment_ids: packed rows (tasks/finetune/packing.py)."""
     cfg = self.config
-    out = BertModel(cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids)
+    out = BertModel(cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids,
+                                                         positions, packed_segment_ids)
     x = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(out["sequence_output"])
     logits = _dense(cfg, self.num_labels, "classifier")(x)    # [batch, len, num_labels]
     return {"logits": logits.astype(jnp.float32)}

@@ -78,6 +78,7 @@ def config_of(case: str, data_dir: str | None = None):
     c.model.update(dropout_rate=0.0, attention_dropout_rate=0.0, dtype="float32",
                    scan_layers=False)
     c.data.max_seq_length = SEQ
+    c.data.packing = False        # one example a row, as transformers' model is fed
     c.train.num_epochs = 0.0      # a fixed number of steps instead
     c.train.layerwise_lr_decay = LAYERWISE_DECAY
   elif case == "lm":

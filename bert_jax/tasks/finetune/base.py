@@ -13,7 +13,11 @@ file holds what they share:
 - features: numpy arrays built once on the host, in memory (fine-tuning sets are small),
   served by a grain iterator whose state the checkpoints save (exact resume), with a
   fresh shuffle every epoch;
-- eval batches: every feature exactly once, padding rows flagged with feature_index -1.
+- eval batches: every feature exactly once, padding rows flagged with feature_index -1;
+- packed rows (data.packing, tasks that set `packable`: classification and NER):
+  several examples a row of max_seq_length, batches of train.batch_size ROWS
+  (packing.py); data.packing=False keeps one example a row, batches of batch_size
+  examples (google-research/bert's exact batches).
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ import numpy as np
 from bert_jax import paths
 from bert_jax.data import sampling
 from bert_jax.layers.stacks import unrolled_to_scan
+from bert_jax.tasks.finetune import packing
 from bert_jax.train import losses
 from bert_jax.train.defaults import for_platform, transformer_config
 from bert_jax.train.writer import log
@@ -108,6 +113,7 @@ class FinetuneTask:
   progress_labels = (("accuracy", "acc"),)
   # Feature arrays fed to the model and the loss (subclasses extend).
   fields = ("input_ids", "input_mask", "segment_ids")
+  packable = False  # the head and loss take packed rows (data.packing applies)
 
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config
@@ -125,6 +131,11 @@ class FinetuneTask:
     self.train_features: dict = {}
     self.eval_features: dict = {}
     self.class_weights = None  # [classes] loss weights (train.class_weights), from the data
+    self.packing = self.packable and bool(config.data.get("packing", False))
+    self.max_per_row = int(config.data.get("max_examples_per_row", 16))
+    if self.packing and self.max_per_row < 1:
+      raise ValueError(f"data.max_examples_per_row={self.max_per_row} must be >= 1.")
+    self.plans: dict = {}  # "train" / "eval" -> packing.PackPlan (data.packing)
 
   # ----------------------------------------------------------- subclass API
   def build_model(self, model_config):
@@ -197,9 +208,19 @@ class FinetuneTask:
     self.eval_examples, self.eval_features = self.load_split("eval", False)
     if not len(self.train_features["input_ids"]):
       raise ValueError(f"{self.name}: no usable training examples (see the skip summary).")
+    if self.packing:
+      self.plans = {"train": self._plan(self.train_features)}
+      log(f"{self.name} train {self.plans['train'].summary(int(self.config.train.batch_size))}")
+      if len(self.eval_features.get("input_ids", ())):
+        self.plans["eval"] = self._plan(self.eval_features)
+
+  def _plan(self, features: dict) -> packing.PackPlan:
+    return packing.PackPlan(features, self.seq_len, self.max_per_row)
 
   def steps_per_epoch(self, batch_size: int) -> int:
-    return max(1, math.ceil(len(self.train_features["input_ids"]) / batch_size))
+    units = (self.plans["train"].num_rows if self.packing  # rows, else examples
+             else len(self.train_features["input_ids"]))
+    return max(1, math.ceil(units / batch_size))
 
   def phase_shapes(self, phase: dict) -> dict:
     del phase
@@ -208,6 +229,9 @@ class FinetuneTask:
   def train_iterator(self, phase: dict, batch_size: int, shard_index: int, shard_count: int,
                      seed: int):
     del phase
+    if self.packing:
+      return packing.train_iterator(self.train_features, self.fields, self.plans["train"],
+                                    batch_size, shard_index, shard_count, seed)
     n = len(self.train_features["input_ids"])
     ds = grain.MapDataset.range(sys.maxsize)  # batch numbers over an endless epoch stream
     ds = ds.map(sampling.TrainKeys(n, batch_size, shard_index, shard_count, seed))
@@ -218,9 +242,15 @@ class FinetuneTask:
     del phase
     if not len(self.eval_features.get("input_ids", ())):
       raise ValueError(f"{self.name}: no usable evaluation examples (see the skip summary).")
+    if self.packing:
+      return packing.eval_iterator(self.eval_features, self.fields, self.plans["eval"],
+                                   batch_size, shard_index, shard_count)
     return self._batches(self.eval_features, batch_size, shard_index, shard_count)
 
   def predict_batches(self, features: dict, batch_size: int):
+    if self.packing:  # predict.batch_size rows of packed inputs
+      return packing.eval_iterator(features, self.fields, self._plan(features), batch_size,
+                                   0, 1)
     return self._batches(features, batch_size, 0, 1)
 
   def _batches(self, features: dict, batch_size: int, shard_index: int, shard_count: int):
@@ -236,6 +266,9 @@ class FinetuneTask:
     """A batch of the train features' first row (every field, labels included); before
     prepare() only the model inputs, zeros (enough for init / eval_shape)."""
     del seq_len, num_predictions  # always self.seq_len, no MLM predictions
+    if self.packing:
+      return packing.dummy_batch(self.train_features, self.fields, batch_size, self.seq_len,
+                                 self.max_per_row)
     row = {k: v[:1] for k, v in self.train_features.items() if k in self.fields}
     if not row:
       row = {k: np.zeros((1, self.seq_len), np.int32)
@@ -262,8 +295,12 @@ class FinetuneTask:
 
   # ------------------------------------------------------------------ model
   def _inputs(self, batch):
-    return dict(input_ids=batch["input_ids"], input_mask=batch["input_mask"],
-                segment_ids=batch["segment_ids"])
+    inputs = dict(input_ids=batch["input_ids"], input_mask=batch["input_mask"],
+                  segment_ids=batch["segment_ids"])
+    if "packed_segment_ids" in batch:  # packed rows
+      inputs.update(positions=batch["positions"],
+                    packed_segment_ids=batch["packed_segment_ids"])
+    return inputs
 
   def apply(self, params, batch, rng, train: bool):
     model = self.model if train else self.eval_model

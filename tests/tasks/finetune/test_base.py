@@ -22,6 +22,8 @@ CTX = ("Shanghai is a City in China, it is also a financial center, its fashion 
 
 
 def tiny(task, source, metric, **data):
+  """Padded rows unless packing=True (then batch_size counts packed rows)."""
+  data.setdefault("packing", False)
   c = finetune_config(task, source, metric, max_seq_length=32, **data)
   c.init_from = TINY_BERT
   c.train.update(batch_size=8, num_epochs=1.0, learning_rate=1e-3, log_every=1,
@@ -89,30 +91,32 @@ def test_init_from_hf_puts_the_pretrained_encoder_under_bert(csv_files, tmp_path
 
 def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path, monkeypatch,
                                                             capsys):
+  # Packed rows (the default of the fine-tuning configs): the 16 sentences of 13 and 17
+  # tokens fill 8 rows of 32, two a row, so a step of 8 rows is an epoch.
   c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
-           eval_file=csv_files[1], labels="neg,pos")
+           eval_file=csv_files[1], labels="neg,pos", packing=True)
   c.train.num_epochs = 2.0
   c.train.class_weights = "inverse_frequency"
   c.train.focal_gamma = 2.0
   c.train.layerwise_lr_decay = 0.8
   result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
-  assert result["step"] == 4  # 16 examples, batch 8: 2 steps per epoch
+  assert result["step"] == 2  # 16 examples in 8 rows, batch 8 rows: 1 step per epoch
   for key in ("eval/accuracy", "eval/macro_f1", "eval/precision/pos", "eval/recall/neg"):
     assert 0.0 <= result[key] <= 1.0, key
   evals = [r for r in _records(tmp_path) if "eval/accuracy" in r]
-  assert [r["step"] for r in evals] == [2, 4]  # once per epoch
+  assert [r["step"] for r in evals] == [1, 2]  # once per epoch
   # keep_checkpoints=1 plus the best by eval accuracy: the latest and a best one stay.
   kept = {int(n) for n in os.listdir(tmp_path / "checkpoints") if n.isdigit()}
   acc = {r["step"]: r["eval/accuracy"] for r in evals}
-  assert 4 in kept and kept <= {2, 4} and max(acc[s] for s in kept) == max(acc.values())
+  assert 2 in kept and kept <= {1, 2} and max(acc[s] for s in kept) == max(acc.values())
   assert np.isfinite(result["train/loss"])
   assert os.path.exists(os.path.join(tmp_path, "tokenizer", "tokenizer.json"))
   out = capsys.readouterr().out
   # No datasheet peak for a CPU: the log names the measured one MFU divides by.
   assert "measured float32 matmul (no datasheet figure for device_kind 'cpu')" in out
   # Each evaluation: the headline on the step line, then one table row per class.
-  report = out[out.index("eval @ 4: "):].splitlines()
-  assert report[0].startswith("eval @ 4: accuracy ") and "precision" not in report[0]
+  report = out[out.index("eval @ 2: "):].splitlines()
+  assert report[0].startswith("eval @ 2: accuracy ") and "precision" not in report[0]
   assert report[1].split() == ["class", "precision", "recall", "f1", "support"]
   assert [r.split()[0] for r in report[2:4]] == ["neg", "pos"]
   assert [float(r.split()[1]) for r in report[2:4]] == pytest.approx(
@@ -192,12 +196,12 @@ def test_squad_one_real_training_run_under_mock_data(tmp_path, tfds):
 
 def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatch):
   """SIGTERM mid-epoch, rerun: the same losses as an uninterrupted run (data order, dropout
-  rng and optimizer state all restored)."""
+  rng and optimizer state all restored), on packed rows: the packer's state is restored."""
   import signal  # pylint: disable=g-import-not-at-top
   from bert_jax.train import writer as writer_lib  # pylint: disable=g-import-not-at-top
   c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
-           eval_file=csv_files[1], labels="neg,pos")
-  c.train.num_epochs = 3.0  # 6 steps of 8 (16 examples)
+           eval_file=csv_files[1], labels="neg,pos", packing=True)
+  c.train.num_epochs = 6.0  # 6 steps of 8 rows, two sentences a row (16 examples)
   loop.train_and_evaluate(c, str(tmp_path / "whole"), registry.get_task(c))
 
   write = writer_lib.MetricWriter.write_scalars

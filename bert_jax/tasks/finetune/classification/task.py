@@ -25,6 +25,7 @@ class ClassificationTask(FinetuneTask):
 
   name = "classification"
   fields = FinetuneTask.fields + ("labels",)
+  packable = True
 
   def __init__(self, config):
     src = config.data.source
@@ -52,6 +53,12 @@ class ClassificationTask(FinetuneTask):
   def build_model(self, model_config):
     return heads.BertForSequenceClassification(model_config, self.num_labels,
                                                self.config.get("pooling", "cls"))
+
+  def _inputs(self, batch):
+    inputs = super()._inputs(batch)
+    if "example_starts" in batch:  # packed rows: one pooled vector per example slot
+      inputs["example_starts"] = batch["example_starts"]
+    return inputs
 
   def _read_file(self, config, path):
     d = config.data

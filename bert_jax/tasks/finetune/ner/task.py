@@ -8,6 +8,7 @@ mode or, with config.ner_mode="strict", its strict IOB2 mode.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 
 from bert_jax.models import heads
 from bert_jax.tasks.finetune import metrics as metrics_lib
@@ -24,6 +25,7 @@ class NerTask(FinetuneTask):
 
   name = "ner"
   fields = FinetuneTask.fields + ("labels", "label_weights")
+  packable = True
 
   def __init__(self, config):
     src = config.data.source
@@ -78,6 +80,8 @@ class NerTask(FinetuneTask):
     return seq_len * 2 * self.model_config.hidden_size * len(self.label_list)
 
   def row_weights(self, batch):  # [batch, len]: first sub-tokens of real rows
+    if "packed_segment_ids" in batch:  # packed: label_weights is 0 off the examples
+      return batch["label_weights"].astype(jnp.float32)
     return batch["label_weights"].astype(jnp.float32) * batch["example_weight"][:, None]
 
   def loss_parts(self, out, batch):
@@ -92,11 +96,31 @@ class NerTask(FinetuneTask):
     return sums
 
   def predict_outputs(self, out, batch):
-    return dict(super().predict_outputs(out, batch),
-                predictions=jnp.argmax(out["logits"], axis=-1).astype(jnp.int32))
+    outputs = dict(super().predict_outputs(out, batch),
+                   predictions=jnp.argmax(out["logits"], axis=-1).astype(jnp.int32))
+    if "example_starts" in batch:  # packed rows: where each slot's tokens are
+      outputs["example_starts"] = batch["example_starts"]
+    return outputs
+
+  @staticmethod
+  def unpacked(features, outputs):
+    """Packed predictions [rows, L] -> one row per slot [rows * K, L], each example's
+    tokens from position 0 as in the padded features (the rest 0), so that `ordered`
+    and the word mapping of the padded path apply."""
+    if "example_starts" not in outputs:
+      return outputs
+    pred, fi = outputs["predictions"], outputs["feature_index"]
+    k = len(fi) // len(pred)                                   # slots a row
+    length = pred.shape[1]
+    n = np.where(fi >= 0, features["input_mask"][np.maximum(fi, 0)].sum(axis=1), 0)
+    t = np.arange(length)[None, :]                             # [1, L]
+    src = np.minimum(outputs["example_starts"][:, None] + t, length - 1)  # [slots, L]
+    rows = np.repeat(pred, k, axis=0)                          # [slots, L]
+    tokens = np.where(t < n[:, None], np.take_along_axis(rows, src, axis=1), 0)
+    return {"feature_index": fi, "predictions": tokens}
 
   def word_tags(self, features, outputs):
-    o = self.ordered(outputs)
+    o = self.ordered(self.unpacked(features, outputs))
     fi = o["feature_index"]
     tags = featurize_lib.predictions_to_words(o["predictions"], features["word_ids"][fi],
                                              self.label_list, features["num_words"][fi])
