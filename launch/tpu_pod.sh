@@ -30,6 +30,13 @@ if [[ "$1" == "--setup" ]]; then
   else
     tar -czf "$TARBALL" -C "$SRC" --exclude=.venv --exclude='.venv-*' --exclude=.git .
   fi
+  # What the documented pod commands need, all pinned where the tests pin them:
+  # requirements-tf.txt (requirements.txt's exact pins, jax==0.10.2 among them, and
+  # tensorflow-cpu for the tfds catalog corpora, e.g. configs/bert_base.py's wikipedia) and
+  # pyproject's extras: tpu (libtpu: the one pin, the compiler every AOT table in
+  # bench/RESULTS.md comes from; not jax[tpu], whose libtpu 0.0.42.* would be another),
+  # gcs (gcsfs, for --workdir gs://...) and wandb (--config.wandb.project).
+  POD_EXTRAS="tpu,gcs,wandb"
   # TPU VM images may ship an older python3 than pyproject's requires-python (3.11).
   PY=${REMOTE_PYTHON:-python3}; NEW_ENOUGH='import sys; sys.exit(sys.version_info < (3, 11))'
   run gcloud compute tpus tpu-vm scp --zone="$ZONE" --worker=all "$TARBALL" \
@@ -40,8 +47,7 @@ if [[ "$1" == "--setup" ]]; then
      \"error: $PY on \$(hostname) is Python \$($PY -V 2>&1 | cut -d' ' -f2), bert_jax needs >= 3.11: \
 install one there and rerun with REMOTE_PYTHON=python3.11 launch/tpu_pod.sh $TPU_NAME $ZONE --setup\" >&2; \
      exit 2; } && $PY -m venv .venv; }; } \
-     && .venv/bin/pip install -q -r requirements.txt 'jax[tpu]==0.10.2' \
-     && .venv/bin/pip install -q --no-deps -e ."
+     && .venv/bin/pip install -q -r requirements-tf.txt -e '.[$POD_EXTRAS]'"
   exit 0
 fi
 ARGS=$(printf ' %q' "$@")

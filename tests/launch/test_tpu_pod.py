@@ -3,6 +3,11 @@
 import os
 import shutil
 import subprocess
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -114,14 +119,83 @@ def test_setup_copies_the_checkout_over_the_old_copy_without_local_venv(tmp_path
       ".gitignore", ".venv", "a.py", "launch", "new.py", "pip.log"]
   assert (remote / "a.py").read_text() == "v = 2\n"
   assert (remote / ".venv" / "bin" / "python").read_text() == "#!/bin/sh\n"
-  assert (remote / "pip.log").read_text().splitlines()[:2] == [
-      "pip install -q -r requirements.txt jax[tpu]==0.10.2", "pip install -q --no-deps -e ."]
+  assert (remote / "pip.log").read_text().splitlines() == [
+      "pip install -q -r requirements-tf.txt -e .[tpu,gcs,wandb]"] * 2
   assert not (tmp_path / "home" / "bert_jax_src.tgz").exists()
 
 
 def _mk(path):
   path.mkdir(parents=True, exist_ok=True)
   return path
+
+
+def _asked(args, cwd) -> dict:
+  """{package: [Requirement, ...]} of a `pip install` command line as pip reads it: -r files
+  (and the -r lines inside them), `-e .[extras]` as pyproject's dependencies + those extras."""
+  asked = {}
+
+  def add(line):
+    req = Requirement(line)
+    asked.setdefault(canonicalize_name(req.name), []).append(req)
+
+  def read(name):
+    for line in (cwd / name).read_text().splitlines():
+      line = line.split("#", 1)[0].strip()
+      if line.startswith("-r "):
+        read(line[3:].strip())
+      elif line:
+        add(line)
+
+  args = list(args)
+  while args:
+    arg = args.pop(0)
+    if arg == "-r":
+      read(args.pop(0))
+    elif arg == "-e":
+      extras = Requirement("bert_jax" + args.pop(0)[1:]).extras  # ".[a,b]"
+      with open(cwd / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+      for line in project["dependencies"]:
+        add(line)
+      for extra in extras:
+        for line in project["optional-dependencies"][extra]:
+          add(line)
+    elif not arg.startswith("-"):
+      add(arg)
+  return asked
+
+
+def test_setup_installs_what_the_documented_pod_commands_need(tmp_path):
+  """The pod command this script documents (--workdir gs://...) needs gcsfs, which was only
+  in the gcs extra: every host stopped at start-up with "needs the gcsfs package". And
+  jax[tpu]==0.10.2 pinned libtpu 0.0.42.*, another compiler than the 0.0.52 that compiled
+  every AOT table in bench/RESULTS.md: now one libtpu pin, pyproject's tpu extra."""
+  src = tmp_path / "checkout"
+  shutil.copy(os.path.join(ROOT, "launch", "tpu_pod.sh"), _mk(src / "launch") / "tpu_pod.sh")
+  for name in ("pyproject.toml", "requirements.txt", "requirements-tf.txt"):
+    shutil.copy(os.path.join(ROOT, name), src / name)
+  remote = tmp_path / "remote"
+  _exe(remote / ".venv" / "bin" / "python", "#!/bin/sh\n")
+  _exe(remote / ".venv" / "bin" / "pip", '#!/bin/sh\nprintf "%s\\n" "$@" > pip.args\n')
+  res = subprocess.run([str(src / "launch" / "tpu_pod.sh"), "pod", "zone", "--setup"],
+                       env=_env(tmp_path, remote), capture_output=True, text=True)
+  assert res.returncode == 0, res.stderr
+  args = (remote / "pip.args").read_text().splitlines()
+  assert args[:2] == ["install", "-q"]
+  asked = _asked(args[2:], remote)  # the files as shipped to the host
+  test_pins = {n: r[0].specifier for n, r in _asked(["-r", "requirements-test.txt"],
+                                                     Path(ROOT)).items()}
+  # gs:// workdirs, W&B, tfds catalog corpora (configs/bert_base.py's wikipedia), TPU.
+  for name in ("gcsfs", "wandb", "tensorflow-cpu", "libtpu", "jax", "jaxlib"):
+    assert name in asked, name
+  for name in ("gcsfs", "wandb", "libtpu"):  # the tests' versions are admitted
+    (version,) = [s.version for s in test_pins[name]]
+    assert all(r.specifier.contains(version) for r in asked[name]), (name, asked[name])
+  # One libtpu: exactly the tests' (and the AOT tables') pin, and no jax[tpu] naming its own.
+  assert {str(r.specifier) for r in asked["libtpu"]} == {str(test_pins["libtpu"])}
+  assert "==0.0.52" == str(test_pins["libtpu"])
+  assert all(not r.extras for r in asked["jax"]) and "==0.10.2" in {
+      str(r.specifier) for r in asked["jax"]}
 
 
 def test_setup_with_a_python_older_than_311_on_the_hosts_is_one_line(tmp_path):

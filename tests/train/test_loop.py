@@ -86,19 +86,22 @@ def _flags(config, workdir):
 
 
 @pytest.mark.slow
-def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir, tmp_path):
+def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir, tmp_path,
+                                                        capsys):
+  """SIGTERM to the CLI saves and exits 0; the rerun (here in this process: the same
+  train_and_evaluate the CLI calls, without a second interpreter start) resumes."""
   ref_dir, _ = uninterrupted
   workdir = str(tmp_path / "interrupted")
-  flags = _flags(e2e_config(data_dir), workdir)
-  first = procs.main(flags, signal_at="step 3/6", sig=signal.SIGTERM)
+  config = e2e_config(data_dir)
+  first = procs.main(_flags(config, workdir), signal_at="step 3/6", sig=signal.SIGTERM)
   out = first.output
   assert first.returncode == 0, out
   assert "SIGTERM: saved step" in out
   stopped_at = max(ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps())
   assert 3 <= stopped_at < 6
-  resumed = procs.main(flags)
-  out = resumed.output
-  assert resumed.returncode == 0, out
+  result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
+  out = capsys.readouterr().out
+  assert result["step"] == 6, out
   assert f"resumed from" in out and f"at step {stopped_at}" in out
   ref, got = _losses(ref_dir), _losses(workdir)
   for step in range(1, 7):
@@ -149,8 +152,9 @@ def test_three_random_sigkills_each_rerun_resumes_and_the_run_ends_exactly(
     assert run.returncode in (0, -signal.SIGKILL), run.output
     if run.returncode == 0:
       break  # it finished before the kill: what is left is the rerun of a finished run
-  final = procs.main(flags)
-  assert final.returncode == 0, (kills, final.output)
+  # The rerun to the end in this process (the CLI's own train_and_evaluate).
+  result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
+  assert result["step"] == 6, kills
   ref, got = procs.train_losses(ref_dir), procs.train_losses(workdir)
   assert sorted(got) == sorted(ref) == [("loss", s) for s in range(1, 7)], kills
   for key in ref:
@@ -280,7 +284,7 @@ main.entry()
 
 
 def test_a_full_disk_at_the_metrics_append_ends_in_one_line_and_the_rerun_resumes(
-    uninterrupted, data_dir, tmp_path):
+    uninterrupted, data_dir, tmp_path, capsys):
   """Not the checkpoint save but the metrics.jsonl append finds the disk full: the CLI
   ends with exit 2 and one error line (no traceback), metrics.jsonl ends at the last whole
   record, checkpoint 2 is intact, and the rerun resumes from it with the same losses."""
@@ -300,8 +304,9 @@ def test_a_full_disk_at_the_metrics_append_ends_in_one_line_and_the_rerun_resume
       proc.stderr.strip().splitlines()[-1], re.IGNORECASE), proc.stderr
   assert sorted(_losses(workdir)) == [1, 2, 3]
   assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps() == [2]
-  rerun = procs.main(flags)
-  assert rerun.returncode == 0 and "resumed from" in rerun.output, rerun.output[-3000:]
+  config = e2e_config(data_dir)  # the rerun in this process (the CLI's train_and_evaluate)
+  result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
+  assert result["step"] == 6 and "resumed from" in capsys.readouterr().out
   ref, got = _losses(ref_dir), _losses(workdir)
   assert sorted(got) == [1, 2, 3, 4, 5, 6]
   for step in range(1, 7):
