@@ -187,6 +187,21 @@ def traced_on(mesh: Mesh, fn):
   return wrapped
 
 
+def with_trace_platform(platform: str, fn):
+  """fn, traced as if for `platform` ("gpu", "tpu", "cpu"; cuda / rocm are "gpu") with no
+  mesh: what the per-platform choices (attention kernels, the train step's non-finite
+  guard) pick when a program is lowered for another platform than the host's, e.g.
+  `jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))` on a CPU machine."""
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    token = _TRACE_PLATFORM.set(platform)
+    try:
+      return fn(*args, **kwargs)
+    finally:
+      _TRACE_PLATFORM.reset(token)
+  return wrapped
+
+
 # The platform of the mesh a step is being traced on (set by `traced_on`).
 _TRACE_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "bert_jax_trace_platform", default=None)

@@ -1,4 +1,5 @@
-"""Attention: masks, scaled dot-product (fast + reference), additive, multi-head.
+"""Attention: additive and multi-head; the masks (layers/masks.py) and the scaled
+dot-product with its per-platform kernels (layers/dot_product.py) are re-exported here.
 
 Conventions: queries/keys/values are [batch, length, heads, head_dim]; boolean masks
 are True where attention is allowed and broadcast to [batch, heads, q_len, kv_len];
@@ -7,197 +8,28 @@ additive biases have the same layout and are added to the logits.
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
-import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
 from bert_jax import parallel
-from bert_jax.layers import dropout as dropout_lib
 from bert_jax.layers import positional
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.layers import dense as dense_lib
 from bert_jax.layers import splash as splash_lib
+# Re-exported: models, tests and the pictures import these names from here.
+from bert_jax.layers.dot_product import (  # noqa: F401
+    KEY_VALUE, QUERY, SCORES, describe_path, dot_product_attention, reference_attention,
+    runs_cudnn, runs_splash)
+from bert_jax.layers.masks import (  # noqa: F401
+    MASK_VALUE, SegmentMask, add_causal, as_dense, attention_mask, causal_mask,
+    combine_masks, padding_mask, row_mask, segment_mask)
+
+_MASK_VALUE = MASK_VALUE
 
 Array = jax.Array
-
-# Finite "minus infinity": a fully masked row then gives a uniform softmax, never NaN.
-_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
-
-
-# ----------------------------------------------------------------------------- masks
-def padding_mask(input_mask: Array) -> Array:
-  """[batch, len] 1/0 -> [batch, 1, 1, len] bool: every query may attend to real keys."""
-  return input_mask.astype(bool)[:, None, None, :]
-
-
-def attention_mask(query_mask: Array, key_mask: Array) -> Array:
-  """[batch, q_len], [batch, kv_len] -> [batch, 1, q_len, kv_len]: both positions real."""
-  return query_mask.astype(bool)[:, None, :, None] & key_mask.astype(bool)[:, None, None, :]
-
-
-def causal_mask(length: int) -> Array:
-  """[1, 1, len, len] bool: position i attends to j <= i."""
-  return jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
-
-
-def segment_mask(query_segments: Array, key_segments: Array | None = None) -> Array:
-  """Block-diagonal mask for packed sequences: attend only within the same segment id.
-
-  [batch, q_len], [batch, kv_len] -> [batch, 1, q_len, kv_len]. Segment id 0 is padding
-  and matches nothing, so padded queries see no key (their output is masked downstream).
-  """
-  key_segments = query_segments if key_segments is None else key_segments
-  same = query_segments[:, None, :, None] == key_segments[:, None, None, :]
-  return same & (key_segments[:, None, None, :] > 0)
-
-
-@flax.struct.dataclass
-class SegmentMask:
-  """A mask kept as segment ids: query i may attend key j when q_ids[i] == kv_ids[j] > 0
-  (and j <= i when causal), i.e. `segment_mask` (& `causal_mask`) without the
-  [batch, 1, q_len, kv_len] bools, which splash attention (layers/splash.py) never builds.
-
-  q_ids [batch, q_len] / kv_ids [batch, kv_len] int; q_ids None: every query (a key
-  padding mask: kv_ids = input_mask); both None: no mask beyond `causal`. Every mask a
-  model builds outside decoding has this form; `dense` gives the bools for other paths.
-  """
-  q_ids: Optional[Array] = None
-  kv_ids: Optional[Array] = None
-  causal: bool = flax.struct.field(pytree_node=False, default=False)
-
-  def dense(self, q_len: int, kv_len: int) -> Optional[Array]:
-    """The same mask as bools broadcastable to [batch, 1, q_len, kv_len] (None: none)."""
-    mask = None
-    if self.kv_ids is not None:
-      mask = (padding_mask(self.kv_ids > 0) if self.q_ids is None
-              else segment_mask(self.q_ids, self.kv_ids))
-    if self.causal:
-      mask = combine_masks(jnp.tril(jnp.ones((q_len, kv_len), bool))[None, None], mask)
-    return mask
-
-
-def as_dense(mask, q_len: int, kv_len: int) -> Optional[Array]:
-  """A SegmentMask as bools (see SegmentMask.dense); a bool mask or None as it is."""
-  return mask.dense(q_len, kv_len) if isinstance(mask, SegmentMask) else mask
-
-
-def row_mask(input_mask: Array | None = None,
-             packed_segment_ids: Array | None = None) -> SegmentMask | None:
-  """Self-attention over a row as segment ids: real keys only (input_mask [batch, len]),
-  and with packed rows only those of the query's document (packed_segment_ids, 0 = pad).
-  The same mask as padding_mask(input_mask) & segment_mask(packed_segment_ids)."""
-  if packed_segment_ids is None:
-    return None if input_mask is None else SegmentMask(None, input_mask)
-  keys = packed_segment_ids if input_mask is None else packed_segment_ids * (input_mask > 0)
-  return SegmentMask(packed_segment_ids, keys)
-
-
-def add_causal(mask, length: int):
-  """mask AND causal: a SegmentMask (or None) stays ids with causal set; bools are combined."""
-  if mask is None or isinstance(mask, SegmentMask):
-    return (mask or SegmentMask()).replace(causal=True)
-  return combine_masks(causal_mask(length), mask)
-
-
-def combine_masks(*masks: Optional[Array]) -> Optional[Array]:
-  """Logical AND of the given masks (None entries ignored); None if all are None."""
-  masks = [m for m in masks if m is not None]
-  if not masks:
-    return None
-  return functools.reduce(jnp.logical_and, masks)
-
-
-# ----------------------------------------------------------------- dot-product attention
-# Logical names of the activations, pinned under a mesh (parallel.constrain): heads over
-# `tensor` (as the projection kernels are), rows over the data axes. Without the pins the
-# partitioner may keep [batch, heads, len, len] scores whole on every tensor chip.
-SCORES = ("batch", "heads", "length", "kv_length")           # [batch, heads, q, kv]
-QUERY = ("batch", "length", "heads", "kv")                   # [batch, q_len, heads, d]
-KEY_VALUE = ("batch", "kv_length", "heads", "kv")            # [batch, kv_len, heads, d]
-
-def reference_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
-                        mask: Array | None = None, dropout_rng=None, dropout_rate: float = 0.0,
-                        deterministic: bool = True, dtype=jnp.float32):
-  """softmax(Q K^T / sqrt(d_k) + bias) V, written out; also returns the attention matrix.
-
-  Args:
-    query: [batch, q_len, heads, d_k]; key: [batch, kv_len, heads, d_k];
-    value: [batch, kv_len, heads, d_v].
-    bias: additive, broadcastable to [batch, heads, q_len, kv_len].
-    mask: bool, broadcastable to the same; False positions get no weight.
-
-  Returns:
-    (output [batch, q_len, heads, d_v], weights [batch, heads, q_len, kv_len] float32).
-  """
-  d_k = query.shape[-1]
-  mask = as_dense(mask, query.shape[1], key.shape[1])
-  logits = jnp.einsum("bqhd,bkhd->bhqk", query, key,
-                      preferred_element_type=jnp.float32) / jnp.sqrt(d_k).astype(jnp.float32)
-  logits = parallel.constrain(logits, SCORES)
-  if bias is not None:
-    logits = logits + bias.astype(jnp.float32)
-  if mask is not None:
-    logits = jnp.where(mask, logits, _MASK_VALUE)
-  weights = jax.nn.softmax(logits, axis=-1)  # float32 softmax, whatever the compute dtype
-  probs = weights
-  if not deterministic and dropout_rate > 0.0:
-    probs = dropout_lib.dropout(dropout_rng, weights, dropout_rate)
-  out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(dtype), value.astype(dtype))
-  return out, weights
-
-
-def dot_product_attention(query: Array, key: Array, value: Array, bias: Array | None = None,
-                          mask: Array | None = None, dropout_rng=None, dropout_rate: float = 0.0,
-                          deterministic: bool = True, dtype=jnp.float32,
-                          implementation: str = "auto"):
-  """Scaled dot-product attention, fused where possible. Returns [batch, q_len, heads, d_v].
-
-  `implementation`: "splash" is the Pallas flash kernel for TPU (layers/splash.py: a
-  SegmentMask or no mask, no bias, no attention dropout; an error says what is missing);
-  "xla" / "cudnn" go through `jax.nn.dot_product_attention` ("cudnn" is flash attention on
-  NVIDIA GPUs, bf16/fp16 only); "reference" is the written-out path; "auto" picks splash
-  on TPU where it applies, cuDNN on GPU in bf16/fp16, else XLA. Attention dropout is not
-  supported by the fused kernels, so an active dropout takes the reference path (set
-  attention_dropout_rate=0 for speed).
-  """
-  dropout_active = not deterministic and dropout_rate > 0.0
-  if runs_splash(implementation, query, value, bias, mask, dropout_active):
-    return splash_lib.splash_attention(query, key, value, mask, dtype)
-  mask = as_dense(mask, query.shape[1], key.shape[1])
-  if (implementation == "reference" or dropout_active or query.shape[-1] != value.shape[-1]):
-    return reference_attention(query, key, value, bias, mask, dropout_rng, dropout_rate,
-                               deterministic, dtype)[0]
-  q, k, v = (x.astype(dtype) for x in (query, key, value))
-  if mask is not None:
-    # The fused kernel wants the mask broadcastable to [batch, heads, q_len, kv_len].
-    mask = jnp.broadcast_to(mask, (q.shape[0], mask.shape[1], q.shape[1], k.shape[1]))
-  if bias is not None:
-    bias = bias.astype(dtype)
-  impl = implementation if implementation in ("xla", "cudnn") else None
-  if (implementation == "auto" and parallel.trace_platform() == "gpu"
-      and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
-      and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128):  # cuDNN flash's head sizes
-    impl = "cudnn"
-  return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
-
-
-def runs_splash(implementation: str, query, value, bias, mask, dropout_active: bool) -> bool:
-  """Whether `dot_product_attention` computes this attention with splash's kernel: always
-  for "splash" (an error says what it cannot run), for "auto" on TPU where
-  splash_lib.unsupported finds nothing missing. Only shapes are read: query / value may
-  be jax.ShapeDtypeStruct, so a layer can ask before it has projected them."""
-  if implementation not in ("auto", "splash"):
-    return False
-  why_not = splash_lib.unsupported(
-      query, value, bias, None if isinstance(mask, SegmentMask) else mask, dropout_active)
-  if implementation == "splash" and why_not:
-    raise ValueError(f"model.attention_impl='splash' cannot run this attention: {why_not}.")
-  return implementation == "splash" or (parallel.trace_platform() == "tpu" and not why_not)
-
 
 # --------------------------------------------------------------------- additive attention
 class AdditiveAttention(nn.Module):
@@ -226,7 +58,7 @@ class AdditiveAttention(nn.Module):
     hidden = jnp.tanh(q_proj[:, :, None, :] + k_proj[:, None, :, :])  # [b, q, kv, units]
     scores = (hidden @ v_a.astype(dtype)).astype(jnp.float32)  # [batch, q_len, kv_len]
     if mask is not None:
-      scores = jnp.where(mask, scores, _MASK_VALUE)
+      scores = jnp.where(mask, scores, MASK_VALUE)
     weights = jax.nn.softmax(scores, axis=-1)
     context = jnp.einsum("bqk,bkd->bqd", weights.astype(dtype), values.astype(dtype))
     return context, weights
