@@ -83,21 +83,36 @@ def train_step(state: TrainState, batch, *, task, tx: optax.GradientTransformati
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
-  def update(_):
+  def update():
     updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
     return optax.apply_updates(state.params, updates), new_opt_state
 
-  # A non-finite step leaves params and optimizer state as they were; the loop then
-  # either stops with an error naming the step or (skip_nonfinite) carries on. A cond,
-  # not a select: only the taken branch runs, so a normal step pays no extra pass over
-  # the params and both Adam moments.
-  new_params, new_opt_state = jax.lax.cond(
-      finite, update, lambda _: (state.params, state.opt_state), None)
+  new_params, new_opt_state = guarded_update(finite, update, (state.params, state.opt_state))
   new_state = state.replace(step=state.step + 1, params=new_params, opt_state=new_opt_state)
   metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(state.step),
              "finite": finite.astype(jnp.float32)}
   metrics.update(task.metric_ratios(sums))
   return new_state, metrics
+
+
+def guarded_update(finite, update: Callable, old):
+  """update() where `finite`, else `old` unchanged: a non-finite step leaves params and
+  optimizer state as they were; the loop then either stops with an error naming the
+  step or (skip_nonfinite) carries on.
+
+  Per platform (parallel.trace_platform), the same semantics:
+  - TPU / CPU: a cond. Only the taken branch runs, so a normal step pays no extra pass
+    over the params and both Adam moments, and the predicate stays on the device.
+  - GPU: a select. XLA:GPU runs a conditional's predicate through the host (its
+    conditional thunk copies it back and waits), so a cond would stall the host every
+    step until forward and backward finish, and with it the dispatch of the next step;
+    the select is elementwise, fused into the optimizer update's own pass, and the host
+    never waits.
+  """
+  if parallel.trace_platform() == "gpu":
+    new = update()
+    return jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
+  return jax.lax.cond(finite, lambda _: update(), lambda _: old, None)
 
 
 def eval_step(params, batch, *, task):

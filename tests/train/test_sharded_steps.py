@@ -125,6 +125,8 @@ def test_gradient_accumulation_equals_one_big_batch():
 
 
 def test_nonfinite_step_leaves_state_untouched():
+  """Here a cond; the same step lowered for cuda has a select instead (no conditional,
+  whose predicate XLA:GPU reads on the host: steps.guarded_update)."""
   cfg = tiny_config(learning_rate=1e-3)
   batch = random_batch(3)
   mesh = parallel.create_mesh((8, 1, 1))
@@ -137,9 +139,14 @@ def test_nonfinite_step_leaves_state_untouched():
     emb = poisoned.params["bert"]["embeddings"]["token_embedder"]["embedding"]
     poisoned.params["bert"]["embeddings"]["token_embedder"]["embedding"] = emb.at[0, 0].set(
         np.nan)
-    fn = jax.jit(functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule))
+    step = functools.partial(steps.train_step, task=task, tx=tx, schedule=schedule)
+    fn = jax.jit(step)
     batch = dict(batch, input_ids=np.zeros_like(batch["input_ids"]))  # uses the NaN row
     new, m = fn(poisoned, batch)
+    on_cpu = fn.trace(poisoned, batch).lower().as_text()
+    on_gpu = jax.jit(parallel.with_trace_platform("gpu", step)).trace(poisoned, batch).lower(
+        lowering_platforms=("cuda",)).as_text()
+  assert "stablehlo.case" in on_cpu and "stablehlo.case" not in on_gpu
   assert m["finite"] == 0.0
   assert int(new.step) == 1
   after = jax.tree_util.tree_map(np.array, jax.device_get(new.params))
@@ -147,6 +154,19 @@ def test_nonfinite_step_leaves_state_untouched():
   after["bert"]["embeddings"]["token_embedder"]["embedding"][0, 0] = before[
       "bert"]["embeddings"]["token_embedder"]["embedding"][0, 0]
   jax.tree_util.tree_map(np.testing.assert_array_equal, after, before)
+
+
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+def test_guarded_update_changes_nothing_when_not_finite(platform):
+  """Both of guarded_update's forms (cond; select on GPU), run here: the old tree, bit for
+  bit, when not finite, and the update when finite."""
+  old = {"w": np.arange(4.0, dtype=np.float32), "count": np.int32(3)}
+  update = lambda: {"w": old["w"] * np.nan, "count": old["count"] + 1}
+  fn = jax.jit(parallel.with_trace_platform(
+      platform, lambda ok: steps.guarded_update(ok, update, old)))
+  kept, applied = jax.device_get(fn(False)), jax.device_get(fn(True))
+  np.testing.assert_array_equal(kept["w"], old["w"])
+  assert kept["count"] == 3 and applied["count"] == 4 and np.isnan(applied["w"]).all()
 
 
 def test_weight_decay_mask_skips_layernorm_and_biases():
