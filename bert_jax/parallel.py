@@ -73,6 +73,32 @@ def mesh_shape(requested: Sequence[int], num_devices: int) -> tuple[int, ...]:
   return tuple(shape)
 
 
+def fit_mesh_shape(requested: Sequence[int], num_devices: int, log=print) -> tuple[int, ...]:
+  """`requested` resolved (mesh_shape) when it fits num_devices; else, for a shape with a
+  -1 (the rest of the devices), the nearest one that does, with a printed line: each
+  fixed axis shrinks to its largest divisor that the devices left still divide
+  (bert_large's (-1, 4, 1) on one GPU -> (1, 1, 1); on 2 -> (1, 2, 1)). A shape without a
+  -1 was meant exactly: the error then names the shape to pass."""
+  try:
+    return mesh_shape(requested, num_devices)
+  except ValueError as e:
+    if len(requested) != len(MESH_AXES) or not all(isinstance(s, int) for s in requested):
+      raise
+    fitted, rest = [], num_devices
+    for s in requested:
+      fitted.append(-1 if s == -1 else math.gcd(max(s, 1), rest))
+      rest //= fitted[-1] if s != -1 else 1
+    fitted = [rest if s == -1 else s for s in fitted]
+    if -1 not in requested or requested.count(-1) > 1:
+      fitted = fitted if -1 in requested else [num_devices] + [1] * (len(MESH_AXES) - 1)
+      raise ValueError(f"{e} E.g. --config.mesh_shape='{tuple(fitted)}'.") from None
+    changed = ", ".join(f"{a} {r} -> {f}" for a, r, f in zip(MESH_AXES, requested, fitted)
+                        if r not in (-1, f))
+    log(f"config.mesh_shape={tuple(requested)} cannot exist on {num_devices} device(s): "
+        f"using {tuple(fitted)} ({changed}); pass --config.mesh_shape to choose another.")
+    return tuple(fitted)
+
+
 def create_mesh(shape: Sequence[int] = (-1, 1, 1), devices=None) -> Mesh:
   """A (data, fsdp, tensor) mesh over all (or the given) devices."""
   devices = jax.devices() if devices is None else list(devices)

@@ -153,3 +153,13 @@ def describe_path(cfg, batch: int, seq_len: int, mesh=None, platform: str | None
     return f"{kernel} (fused)"
   fallback = "reference" if dropout else "xla"
   return f"{fallback}, not {kernel}: {why}"
+
+
+def describe_phases(cfg, batch: int, seq_lens, mesh=None) -> str:
+  """The start-up line: "attention: S128 splash (fused) | S512 reference, not splash: ...",
+  one entry per training phase (its sequence length). cfg: the task's model config; one
+  that is not a Transformer's (the GRU) has no such choice: "attention: n/a"."""
+  if not hasattr(cfg, "attention_impl"):
+    return "attention: n/a (not a Transformer)"
+  paths = [f"S{n} {describe_path(cfg, batch, n, mesh)}" for n in dict.fromkeys(seq_lens)]
+  return "attention: " + " | ".join(paths)

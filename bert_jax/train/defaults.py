@@ -46,6 +46,10 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
   c.skip_nonfinite = False           # False: stop with an error naming the step
   c.peak_flops_per_device = 0.0      # MFU denominator; 0: the device kind's datasheet
                                      # peak (train/mfu.py), else a measured matmul
+  # A jax profiler trace of profile_steps steps (0: none) from profile_first_step (0: the
+  # second step this run executes, after compile) into the workdir (train/profile.py).
+  c.profile_steps = 0
+  c.profile_first_step = 0
   c.update(overrides)
   return c
 

@@ -20,8 +20,10 @@ import numpy as np
 
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import multihost, parallel, progress
+from bert_jax.layers import dot_product
 from bert_jax.train import mfu
 from bert_jax.train import optim, steps, wandb_run
+from bert_jax.train import profile as profile_lib
 from bert_jax.train.preemption import Preemption, log_stop
 from bert_jax.train.writer import MetricWriter, MetricsWriteError, eval_report, log, progress_line
 
@@ -212,7 +214,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   `perf/mfu`, `eval/...`; train/writer.py) with `step` and `preempted`."""
   tc = config.train
   # ---------------------------------------------------------------- (1) setup
-  mesh = parallel.create_mesh(tuple(config.mesh_shape))
+  mesh = parallel.create_mesh(parallel.fit_mesh_shape(tuple(config.mesh_shape),
+                                                      jax.device_count(), log))
   # Rows by batch block, not by process: processes that share a block load the same rows.
   shards = parallel.row_shards(mesh)
   shard, nshards = shards.index, shards.count
@@ -284,6 +287,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
         f"step {total_steps} (train.num_steps / num_epochs): raise it to train further, or "
         "use a new --workdir.")
   log(peak.describe())
+  log(dot_product.describe_phases(getattr(task, "model_config", None), tc.batch_size,
+                                  [task.phase_shapes(p[2])["seq_len"] for p in plan], mesh))
+  profiler = profile_lib.StepProfiler(workdir, int(tc.get("profile_steps", 0)),
+                                      int(tc.get("profile_first_step", 0)), start_step, log)
   writer.write_text("config", "```\n" + config.to_json_best_effort(indent=1) + "\n```")
   writer.write_text("perf/mfu_peak", peak.describe())
 
@@ -307,7 +314,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
         step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
         log(f"phase {phase}: {plan[phase][2]}")
       batch = to_global(next(train_iter))
-      state, m = p_train(state, batch)
+      state, m = profiler.run(step + 1, p_train, state, batch)
       step += 1
       stopped_by = agree(preempt.name)  # "" = go on (several processes: one step late)
       window.add(m, *step_cost)
@@ -357,6 +364,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
         log_stop(stopped_by, step, ckpt.directory)
         break
 
+  profiler.close()
   ckpt.close()
   if not several:
     stopped_by = preempt.name  # as before: a signal during the last step's save counts

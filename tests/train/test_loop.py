@@ -55,6 +55,7 @@ def data_dir(tmp_path_factory):
 def uninterrupted(data_dir, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("uninterrupted"))
   config = e2e_config(data_dir)
+  config.train.profile_steps = 2   # steps 2-3: the first after compile (train/profile.py)
   result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
   return workdir, result
 
@@ -106,6 +107,19 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir,
   ref, got = _losses(ref_dir), _losses(workdir)
   for step in range(1, 7):
     assert got[step] == pytest.approx(ref[step], abs=1e-6), (step, got, ref)
+
+
+def test_profile_traces_the_chosen_steps_after_compile(uninterrupted):
+  """train.profile_steps: a trace TensorBoard's profile plugin reads (WORKDIR/plugins/
+  profile/RUN/*.xplane.pb) whose step events name steps 2 and 3."""
+  import glob, gzip  # pylint: disable=g-import-not-at-top,multiple-import
+  workdir, _ = uninterrupted
+  runs = glob.glob(os.path.join(workdir, "plugins", "profile", "*"))
+  assert len(runs) == 1 and glob.glob(os.path.join(runs[0], "*.xplane.pb"))
+  with gzip.open(glob.glob(os.path.join(runs[0], "*.trace.json.gz"))[0]) as f:
+    events = json.load(f)["traceEvents"]
+  assert sorted(e["args"]["step_num"] for e in events if e.get("name") == "train") == [
+      "2", "3"]
 
 
 def test_a_first_ctrl_c_asks_for_a_save_a_second_interrupts(capsys):
