@@ -1,4 +1,5 @@
-"""parallel.row_shards: which rows each process loads, from the mesh's batch blocks."""
+"""parallel.row_shards: which rows each process loads, from the mesh's batch blocks;
+parallel.fit_mesh_shape: a config's mesh on the devices present."""
 import jax
 import numpy as np
 import pytest
@@ -38,3 +39,23 @@ def test_host_to_global_builds_the_true_global_shape():
   assert out["ids"].shape == (8, 2) and out["w"].shape == (8,)
   np.testing.assert_array_equal(np.asarray(out["ids"]), batch["ids"])
   assert out["ids"].sharding.spec == jax.sharding.PartitionSpec(("data", "fsdp"), None)
+
+
+@pytest.mark.parametrize("requested, devices, fitted", [
+    ((-1, 4, 1), 8, (2, 4, 1)),     # fits: as asked
+    ((-1, 4, 1), 1, (1, 1, 1)),     # bert_large on one GPU
+    ((-1, 4, 1), 2, (1, 2, 1)),
+    ((2, -1, 4), 6, (2, 3, 1)),
+])
+def test_a_mesh_with_a_free_axis_shrinks_to_the_devices(requested, devices, fitted):
+  lines = []
+  assert parallel.fit_mesh_shape(requested, devices, lines.append) == fitted
+  assert len(lines) == (0 if devices == 8 else 1)
+  if lines:
+    assert lines[0].startswith(f"config.mesh_shape={requested} cannot exist on {devices}")
+
+
+def test_an_exact_mesh_that_cannot_exist_names_the_shape_to_pass():
+  with pytest.raises(ValueError, match=r"uses 4 devices, but 1 are present.*"
+                                       r"--config.mesh_shape='\(1, 1, 1\)'"):
+    parallel.fit_mesh_shape((4, 1, 1), 1)

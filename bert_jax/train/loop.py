@@ -224,6 +224,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
                      f"{parallel.data_parallel_size(mesh)} data-parallel devices "
                      f"(config.mesh_shape resolved to {tuple(mesh.shape.values())}).")
   check_counts(tc)
+  steps.check_precision(getattr(task, "model_config", None))
   host_batch = tc.batch_size // nshards  # rows this process loads
   wandb_run.check_available(config)
   writer = MetricWriter(workdir, wandb_run=wandb_run.start(config, workdir))

@@ -30,6 +30,17 @@ def create_state(params, tx: optax.GradientTransformation, seed_key: jax.Array) 
                     opt_state=tx.init(params), rng=jax.random.key_data(seed_key))
 
 
+def check_precision(model_config) -> None:
+  """Refuses float16 training in one line: these steps have no loss scaling, so small
+  float16 gradients would flush to zero and large ones overflow into the non-finite
+  guard, which skips or stops the run. bfloat16 has float32's range and the same
+  tensor-core speed on the GPUs cuDNN's fused attention runs on (Ampere and newer)."""
+  for name in ("dtype", "param_dtype", "matmul_dtype"):
+    if str(getattr(model_config, name, None) or "") == "float16":
+      raise ValueError(f"model.{name}=float16: training has no loss scaling here; use "
+                       f"--config.model.{name}=bfloat16 (float32's range, same speed).")
+
+
 def _microbatches(batch, k: int):
   """[B, ...] -> [k, B/k, ...] with strided rows, so every data shard keeps an equal
   slice of each microbatch (no cross-device shuffle)."""

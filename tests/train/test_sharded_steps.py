@@ -169,6 +169,17 @@ def test_guarded_update_changes_nothing_when_not_finite(platform):
   assert kept["count"] == 3 and applied["count"] == 4 and np.isnan(applied["w"]).all()
 
 
+def test_float16_training_is_refused_naming_bfloat16(tmp_path):
+  """No loss scaling: float16 is refused before anything runs or is written."""
+  from bert_jax.train import loop  # pylint: disable=g-import-not-at-top
+  cfg = tiny_config()
+  cfg.model.dtype = "float16"
+  with pytest.raises(ValueError, match=r"^model.dtype=float16: .*model.dtype=bfloat16"):
+    loop.train_and_evaluate(cfg, str(tmp_path / "run"), PretrainingTask(cfg))
+  assert not (tmp_path / "run").exists()
+  steps.check_precision(PretrainingTask(tiny_config()).model_config)  # float32: fine
+
+
 def test_weight_decay_mask_skips_layernorm_and_biases():
   cfg = tiny_config()
   task = PretrainingTask(cfg)
