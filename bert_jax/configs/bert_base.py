@@ -16,6 +16,12 @@ Sweep: python launch/sweep.py --config configs/bert_base.py --workdir_root DIR -
 """
 from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
 
+# Attention dropout: the paper's 0.1, kept (a faithful recipe). No fused kernel has it
+# (splash has no dropout; jax 0.10.2's public cuDNN function neither), so attention takes
+# the written-out path, and the start-up line says so. It costs 2% of HBM at S128 and 10%
+# of the temporaries at S512 (bench/RESULTS.md "GPU as a first-class target"); for speed:
+# --config.model.attention_dropout_rate=0 (as MosaicBERT and Cramming train).
+
 # Remat per phase, from the AOT table (bench/RESULTS.md "AOT", v5e:2x2, the recipe's 256
 # rows, data parallel): dots_no_batch needs 3.38 GiB per chip at S128 and 9.73 GiB at S512
 # of 16, so neither phase needs `full`'s recomputation of every matmul.

@@ -67,6 +67,7 @@ def get_config(arg=None):
         weight_decay=0.1, schedule="cosine", warmup_steps=100, grad_clip_norm=1.0,
         log_every=50, eval_every=200, eval_steps=0, checkpoint_every=200)
   else:
+    # No attention dropout (nanoGPT's GPT-2 recipe): the fused kernels (splash, cuDNN) apply.
     c.model = model_config("gpt/small", attention_dropout_rate=0.0, dropout_rate=0.0)
     c.data = data_config(corpus, vocab_size=50257, seq_len=1024)
     c.train = train_config(
