@@ -51,7 +51,7 @@ def main():
     else:
       cfg = transformers.GPT2Config(
           vocab_size=m["vocab_size"], n_positions=m["max_len"], n_embd=m["hidden_size"],
-          n_layer=m["num_layers"], n_head=m["num_heads"], attn_pdrop=0.0,
+          n_layer=m["num_layers"], n_head=m["num_heads"], n_inner=m["mlp_dim"], attn_pdrop=0.0,
           attn_implementation="sdpa")
       model = transformers.GPT2LMHeadModel(cfg)
     model = model.to(device).train()
