@@ -161,6 +161,7 @@ def main(argv=None):
   args = p.parse_args(argv)
   plan = SMOKE_PLAN if args.smoke else FULL_PLAN
   out_dir = os.path.dirname(os.path.abspath(args.out))
+  os.makedirs(out_dir, exist_ok=True)
   bench_util.header("bench/device_check.py")
   t0 = time.perf_counter()
   result = {"command": " ".join(sys.argv), "load_start": bench_util.load_line("start")}
