@@ -117,11 +117,14 @@ def cli_resume(smoke: bool, workdir: str) -> dict:
     time.sleep(0.5)
   proc.send_signal(15)
   proc.wait()
+  saved = [int(n) for n in os.listdir(os.path.dirname(ckpt)) if n.isdigit()]
+  stopped_at = max(saved, default=0)   # < steps: the SIGTERM stopped the run early
   subprocess.run(cmd("resumed"), cwd=ROOT, check=True, capture_output=True)
   a, b = losses("straight"), losses("resumed")
   diff = max(abs(a[s] - b[s]) for s in a) if sorted(a) == sorted(b) else float("inf")
-  return {"steps": steps, "sigterm_rc": proc.returncode, "max_loss_diff": diff,
-          "ok": diff <= 1e-5 * max(abs(x) for x in a.values())}
+  return {"steps": steps, "sigterm_rc": proc.returncode, "stopped_at": stopped_at,
+          "max_loss_diff": diff,
+          "ok": stopped_at < steps and diff <= 1e-5 * max(abs(x) for x in a.values())}
 
 
 def table(result: dict) -> str:
@@ -146,7 +149,8 @@ def table(result: dict) -> str:
     lines.append(f"| torch | - | skipped: {torch['skipped']} | - |")
   cli = result["cli"]
   lines.append("| CLI resume | gpt | " + (f"skipped: {cli['skipped']} | - |" if "skipped" in cli
-               else f"SIGTERM rc {cli['sigterm_rc']}, max loss diff {cli['max_loss_diff']:.2e}"
+               else f"SIGTERM rc {cli['sigterm_rc']} at step {cli['stopped_at']} of "
+                    f"{cli['steps']}, max loss diff {cli['max_loss_diff']:.2e}"
                     f" | {'yes' if cli['ok'] else 'NO'} |"))
   return "\n".join(lines)
 
