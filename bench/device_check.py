@@ -92,7 +92,7 @@ def cli_resume(smoke: bool, workdir: str) -> dict:
   missing = [p for p in DATA_PACKAGES if not _importable(p)]
   if missing:
     return {"skipped": f"data packages absent ({', '.join(missing)}): no CLI run"}
-  steps, kill_after = (6, 2) if smoke else (40, 10)
+  steps, kill_after = (12, 2) if smoke else (40, 10)  # room after the kill
   flags = [f"--config.train.num_steps={steps}", "--config.train.log_every=1",
            f"--config.train.checkpoint_every={kill_after}", "--config.train.eval_every=0",
            "--config.train.async_checkpoints=false", f"--config.data.data_dir={workdir}/data"]
@@ -114,7 +114,7 @@ def cli_resume(smoke: bool, workdir: str) -> dict:
                           stderr=subprocess.DEVNULL)
   ckpt = f"{workdir}/resumed/checkpoints/{kill_after}"
   while proc.poll() is None and not os.path.exists(ckpt):
-    time.sleep(0.5)
+    time.sleep(0.1)
   proc.send_signal(15)
   proc.wait()
   saved = [int(n) for n in os.listdir(os.path.dirname(ckpt)) if n.isdigit()]
