@@ -18,10 +18,11 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
                        "bert_jax")
 
 LAYERS = (
-    ("paths", "jsonl", "progress", "parallel", "chips", "platforms", "compile_cache"),  # no model
+    ("paths", "jsonl", "progress", "parallel", "chips", "platforms", "compile_cache",
+     "multihost"),                               # no model; multihost: agreement between hosts
     ("layers",),
     ("models",),
-    ("data", "checkpoint", "decoding"),
+    ("data", "checkpoint", "checkpoint_read", "data_checkpoint", "decoding"),
     ("interop", "pretrained"),                   # HF checkpoints <-> our trees
     ("train",),                                  # the shared loop: never imports tasks/
     ("tasks", "word2vec"),                       # what is trained (word2vec: own trainer)
