@@ -84,10 +84,11 @@ def picture(runs: dict, path: str, title: str) -> None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-  for run in runs.values():
+  for name, run in runs.items():
     c = run["curve"]
     ax.plot([p["seconds"] for p in c], [p["accuracy"] for p in c], marker="o",
-            markersize=3, label=run["label"])
+            markersize=3, label=run["label"],
+            linestyle="--" if name.startswith("hf") else "-")  # transformers dashed
   target = runs["hf_tuned"]["curve"][-1]["accuracy"] if "hf_tuned" in runs else None
   if target is not None:
     ax.axhline(target, color="gray", linestyle=":", linewidth=1)
