@@ -162,6 +162,8 @@ def main():
   parser.add_argument("--base_steps", type=int, default=4,
                       help="timed BERT-base steps per side (0: skip)")
   parser.add_argument("--threads", type=int, default=2)
+  parser.add_argument("--runs", default=",".join(LABELS),
+                      help="the runs stage's runs (the others' results in OUT are kept)")
   parser.add_argument("--stages", default=",".join(STAGES),
                       help="which stages to run; results.json in --out keeps the others'")
   parser.add_argument("--picture", default=os.path.join(bench_util.ROOT, "docs", "pictures",
@@ -194,7 +196,11 @@ def run(args) -> None:
 
   def save():
     on_disk = _read_json(path)
-    on_disk.update({k: results[k] for k in mine if k in results})
+    for k in mine & set(results):
+      if k == "runs":  # per run: another invocation may be running other runs
+        on_disk.setdefault("runs", {}).update(results["runs"])
+      else:
+        on_disk[k] = results[k]
     results.update(on_disk)
     _write_json(path, results)
 
@@ -205,19 +211,21 @@ def run(args) -> None:
   if "runs" in stages:
     results["runs"] = runs = {}
     mine.add("runs")
+    wanted = args.runs.split(",")
+    if set(wanted) - set(LABELS):
+      raise bench_util.BenchError(f"--runs {args.runs}: expected some of {','.join(LABELS)}")
     for name, kind, spec in (
         ("hf_defaults", "hf", hf_spec(data, {}, args.budget, args.every, args)),
         ("ours_bert", "ours", ours_spec("bert", data, args.budget, args.every, args)),
         ("ours_demo", "ours", ours_spec("demo", data, args.budget, args.every, args)),
         ("hf_tuned", "hf", None)):
+      if name not in wanted:
+        continue
       if name == "hf_tuned":  # last: a tune stage may still be running beside this one
         recipe = wait_for_tuned(path, results)
         spec = hf_spec(data, recipe, args.budget, args.every, args)
       runs[name] = run_worker(kind, name, spec, args)
       save()
-    for name, run_ in runs.items():
-      run_["label"] = LABELS[name].format(lr=f"lr {recipe['learning_rate']:g}",
-                                          schedule=recipe["lr_scheduler_type"])
     save()
   if "base" in stages and args.base_steps:
     window = dict(budget=1e9, every=1e9, args=args, score=False, fit_steps=False,
@@ -287,6 +295,10 @@ def prepare_data(args) -> dict:
 def report(results: dict, args) -> None:
   """Table, goals and picture from whatever stages results holds."""
   runs, base = results.get("runs", {}), results.get("base", {})
+  recipe = results.get("tuned") or {"learning_rate": float("nan"), "lr_scheduler_type": "?"}
+  for name, run_ in runs.items():
+    run_["label"] = LABELS[name].format(lr=f"lr {recipe['learning_rate']:g}",
+                                        schedule=recipe["lr_scheduler_type"])
   ratios = {}
   if {"ours_bert", "hf_defaults"} <= set(runs):
     ratios["bert_tiny sizes"] = (runs["ours_bert"]["summary"]["steady_tokens_per_s"]
