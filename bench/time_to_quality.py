@@ -168,6 +168,8 @@ def main():
                       help="which stages to run; results.json in --out keeps the others'")
   parser.add_argument("--picture", default=os.path.join(bench_util.ROOT, "docs", "pictures",
                                                         "time_to_quality.png"))
+  parser.add_argument("--note", default="", help="a second title line for the picture "
+                      "(e.g. the machine's load)")
   parser.add_argument("--torch-python", dest="torch_python",
                       default=bench_util.default_python(".venv-ref"))
   args = parser.parse_args()
@@ -314,7 +316,8 @@ def report(results: dict, args) -> None:
     results["goals"] = ttq_report.goals(runs, ratios)
     os.makedirs(os.path.dirname(os.path.abspath(args.picture)), exist_ok=True)
     ttq_report.picture(runs, args.picture, f"bert_tiny sizes, {args.threads} threads each, "
-                       f"{args.budget:.0f} s of training clock, held-out MLM accuracy")
+                       f"{args.budget:.0f} s of training clock, held-out MLM accuracy"
+                       + (f"\n{args.note}" if args.note else ""))
     lines += ["", *results["table"], "", *results["goals"], "", f"picture: {args.picture}"]
   else:
     lines += [f"- tokens/s, :bert / run_mlm defaults at {k}: {r:.2f}x (goal >= {g}x)"

@@ -93,3 +93,18 @@ def test_curve_arithmetic():
   assert ttq_report.accuracy_at(curve, 500.0) == 0.2       # past the end: its last value
   assert ttq_report.seconds_to_reach(curve, 0.2) == pytest.approx(45.0)
   assert ttq_report.seconds_to_reach(curve, 0.31) is None
+
+
+def test_goals_and_table():
+  line = lambda *acc: [{"seconds": 30.0 * i, "accuracy": a} for i, a in enumerate(acc)]
+  summary = {"steps": 10, "seconds": 120.0, "steady_tokens_per_s": 1000.0}
+  runs = {"hf_tuned": {"label": "tuned", "curve": line(0.0, 0.02, 0.05, 0.08, 0.1),
+                       "summary": summary},
+          "ours_demo": {"label": "demo", "curve": line(0.0, 0.2, 0.3, 0.31, 0.32),
+                        "summary": summary}}
+  got = ttq_report.goals(runs, {"bert_tiny": (2.4, 2.5)})
+  # 0.1 reached at 15 s = 12.5% of the tuned run's 120 s; 0.32 / 0.1 = 3.2x; 2.4 < 2.5.
+  assert got[0].endswith("in 15 s = 12% of the tuned run's clock (goal <= 25%): met")
+  assert got[1].endswith("3.20x (goal >= 3x): met") and got[2].endswith("MISSED")
+  rows = ttq_report.table(runs, "hf_tuned")
+  assert rows[2].startswith("| tuned | 10 | 120 | 1,000 | 0.1000 | 0.1000 | 0.1000 |")
