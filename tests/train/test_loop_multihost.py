@@ -1,11 +1,13 @@
 """Two JAX processes (4 CPU devices each, mesh (2, 1, 4)) that stop and restore together.
 
-One uninterrupted reference run, then one workdir taken through: a SIGTERM to process 1
+The reference is the same run uninterrupted in this process on 8 devices (so the test also
+shows that 2 processes x 4 devices train what 1 x 8 trains); then one workdir taken through: a SIGTERM to process 1
 alone; a rerun with SIGTERMs to both processes 1 s apart; the newest checkpoint damaged
 for process 1 only (its data-iterator file); a rerun to the end. Every stop is the same
 saved step on both processes within the bound (multihost.StopVote: a signal that reaches
 a process before its vote of step k stops both after step k + 1), both exit 0, the damaged
-step makes both restore the same older step, and every step's loss equals the reference's.
+step makes both restore the same older step, and every step's loss equals the reference's
+(to 1e-5 relative: the issue's equivalence bound; measured 1.5e-7 in scripts/multihost.py).
 """
 import os
 import re
@@ -18,6 +20,8 @@ import time
 import pytest
 
 from bert_jax import checkpoint as ckpt_lib
+from bert_jax.tasks import registry
+from bert_jax.train import loop
 from tests import procs
 from tests.train.test_loop import ROOT, _flags, _losses, e2e_config
 
@@ -82,8 +86,9 @@ def _saved_step(outs) -> int:
 def test_sigterms_stop_both_processes_at_one_step_and_a_damaged_step_is_skipped_by_both(
     data_dir, tmp_path):
   ref = str(tmp_path / "reference")
-  codes, outs, _ = _run(ref, data_dir)
-  assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+  config = e2e_config(data_dir, num_steps=STEPS)
+  config.mesh_shape, config.train.checkpoint_every = (2, 1, 4), 100
+  loop.train_and_evaluate(config, ref, registry.get_task(config))  # 1 process x 8 devices
   workdir = str(tmp_path / "run")
   ckdir = tmp_path / "run" / "checkpoints"
 
@@ -117,4 +122,4 @@ def test_sigterms_stop_both_processes_at_one_step_and_a_damaged_step_is_skipped_
   want, got = _losses(ref), _losses(workdir)
   assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
   for step in want:
-    assert got[step] == pytest.approx(want[step], abs=1e-6), (step, got, want)
+    assert got[step] == pytest.approx(want[step], rel=1e-5), (step, got, want)
