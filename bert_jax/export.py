@@ -199,6 +199,8 @@ def main(argv):
 def entry():
   """Console script `bert-jax-export` (and `python -m bert_jax.export`)."""
   _define_flags()
+  from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
+  flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main)
 
 

@@ -134,6 +134,8 @@ def exit_status(result) -> int:
 
 def entry():
   """The `bert-jax-train` console script."""
+  from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
+  flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main, flags_parser=parse_flags)
 
 

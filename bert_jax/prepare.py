@@ -58,6 +58,8 @@ def main(argv):
 
 def entry():
   """`bert-jax-prepare` / `python -m bert_jax.prepare`: prepare, train nothing."""
+  from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
+  flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main, flags_parser=parse_flags)
 
 

@@ -163,6 +163,8 @@ def score(texts: list[str], reference_path: str) -> str:
 def entry():
   """The `bert-jax-translate` console script (and `python -m bert_jax.translate`)."""
   _define_flags()
+  from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
+  flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main)
 
 
