@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 WORKDIR ?= workdirs/bert_tiny_demo
 
-.PHONY: install install-test test test-fast demo tensorboard bench clean
+.PHONY: install install-test test test-fast demo tensorboard docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,9 +21,13 @@ $(STAMP): requirements.txt pyproject.toml | $(BIN)/python
 
 $(TEST_STAMP): $(STAMP) requirements-tf.txt requirements-test.txt
 	$(BIN)/pip install -q -r requirements-test.txt
-	# Headless Chromium (Debian) for the test that opens the attention head view page.
-	command -v chromium >/dev/null || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	# Headless Chromium (Debian) for the tests that open the head view page and the docs
+	# site. apt needs root: without it, one line says so and those tests are skipped.
+	@if command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "note: chromium is not installed and installing it needs root" \
+	  "(sudo apt-get install chromium): the browser tests will be skipped"; fi
 	touch $@
 
 install: $(STAMP)
@@ -45,9 +49,15 @@ demo: $(STAMP)
 	$(BIN)/python -m bert_jax.main --config configs/bert_tiny.py:demo --workdir $(WORKDIR)
 	$(BIN)/python -m bert_jax.demo_report --workdir $(WORKDIR)  # its DEMO_TEXTS
 
-tensorboard:
-	$(BIN)/pip install -q tensorboard
+# Serves WORKDIR's TensorBoard events (installs tensorboard into the venv on first use).
+tensorboard: $(STAMP)
+	test -x $(BIN)/tensorboard || $(BIN)/pip install -q tensorboard
 	$(BIN)/tensorboard --logdir $(WORKDIR)
 
+# The documentation site (README.md, docs/, bench/RESULTS.md) into site/; --strict fails
+# on a broken link, a missing page or an anchor that does not exist.
+docs: $(TEST_STAMP)
+	$(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site
