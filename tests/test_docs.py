@@ -1,4 +1,5 @@
-"""The README's contents and bench/RESULTS.md's summary table link to headings that exist.
+"""README.md, docs/ and bench/RESULTS.md: links land on headings that exist, the figures
+the README quotes are RESULTS' own, and the pages say where the code is as it is.
 
 Anchors as GitHub makes them: the heading's text lower-cased, every character other than
 a letter, digit, `_`, `-` or space dropped, spaces turned into `-`, `-1`, `-2` ... appended
@@ -7,6 +8,9 @@ to repeats; headings inside ``` blocks do not count.
 import collections
 import os
 import re
+import tomllib
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -51,9 +55,100 @@ def test_results_summary_rows_link_to_their_sections():
   assert sorted(set(links) - anchors(text)) == []
 
 
-def test_readme_contents_link_to_its_sections():
+def _relative_links(text: str) -> list[tuple[str, str]]:
+  """(path, anchor) of every markdown link or image that is not a web address."""
+  out = []
+  for target in re.findall(r"\]\(([^)\s]+)\)", text):
+    if not target.startswith(("http://", "https://", "#")):
+      path, _, anchor = target.partition("#")
+      out.append((path, anchor))
+  return out
+
+
+PAGES = sorted(f for f in os.listdir(os.path.join(ROOT, "docs")) if f.endswith(".md"))
+
+
+@pytest.mark.parametrize("page", ["README.md"] + [f"docs/{p}" for p in PAGES])
+def test_links_resolve_to_files_and_headings(page):
+  """On GitHub as on the site (mkdocs --strict checks the site: tests/test_docs_site.py)."""
+  text = _read(page)
+  base = os.path.dirname(os.path.join(ROOT, page))
+  for path, anchor in _relative_links(text):
+    target = os.path.normpath(os.path.join(base, path))
+    assert os.path.exists(target), f"{page}: {path} does not exist"
+    if anchor and path.endswith(".md"):
+      with open(target, encoding="utf-8") as f:
+        assert anchor in anchors(f.read()), f"{page}: {path}#{anchor}: no such heading"
+
+
+def test_readme_is_short_and_links_every_page():
   text = _read("README.md")
-  contents = text[text.index("Contents:"):text.index("\n## ")]
-  links = _links(contents)
-  assert len(links) >= 10
-  assert sorted(set(links) - anchors(text)) == []
+  assert len(text.splitlines()) <= 250
+  linked = {os.path.basename(p) for p, _ in _relative_links(text) if p.startswith("docs/")}
+  assert sorted(set(PAGES) - linked) == []
+  assert not re.search(r"\bissue \d+|#\d+\b|\b[0-9a-f]{7,40}\b", re.sub(r"\(.*?\)", "", text))
+
+
+# What README's results table quotes from a row of RESULTS' summary table: row -> figures.
+QUOTED = {
+    "`make demo`": ["7 min 24 s"],
+    "Demo recipe": ["0.3171", "8.25x most-frequent-token", "bigram 0.1321"],
+    "Train step vs PyTorch": ["mini 2.63x", "base 1.16-1.22x PyTorch"],
+    "Translation (numbers)": ["BLEU 99.99", "exact match 99.9%", "11.1 min"],
+    "word2vec vs gensim": ["WS353 0.250 vs 0.254", "SimLex 0.160 vs 0.157"],
+    "Generation vs GPT-2": ["1.80x batch 1", "1.64x batch 16"],
+    "AOT vs FlaxBertForPreTraining": ["batch 4x", "S512 2048 vs 512", "compile 4.5-7.3x faster"],
+    "Fault campaign": ["90 / 90 resumed exactly"],
+}
+
+
+def test_readme_quotes_the_results_summary_as_it_is():
+  results = _read("bench", "RESULTS.md")
+  summary = results[:results.index("\n## ")]
+  readme = _read("README.md")
+  table = readme[readme.index("## Results"):]
+  table = table[:table.index("\n## ")]
+  rows = [l for l in table.splitlines() if l.startswith("| [")]
+  assert len(rows) == len(QUOTED)
+  for label, figures in QUOTED.items():
+    row = [l for l in summary.splitlines() if l.startswith(f"| [{label}](")]
+    assert len(row) == 1, f"RESULTS' summary has no row {label!r}"
+    headline = row[0].split(" | ")[2]
+    for figure in figures:
+      assert figure in headline, f"RESULTS' {label!r} row no longer says {figure!r}"
+      assert any(figure in r for r in rows), f"README's results table lacks {figure!r}"
+
+
+def test_tests_named_in_the_docs_exist():
+  """`tests/x.py::test_name` in a page: the file defines that test."""
+  for page in PAGES:
+    for path, name in re.findall(r"`(tests/[\w/]+\.py)::(\w+)`", _read("docs", page)):
+      assert f"def {name}(" in _read(path), f"docs/{page}: {path}::{name} does not exist"
+
+
+def test_architecture_names_every_room():
+  text = _read("docs", "architecture.md")
+  package = os.path.join(ROOT, "bert_jax")
+  for name in sorted(os.listdir(package)):
+    if name.endswith(".py") and name != "__init__.py" or (
+        os.path.isdir(os.path.join(package, name)) and not name.startswith("__")):
+      assert re.search(rf"\b{re.escape(name)}", text), f"docs/architecture.md lacks {name}"
+
+
+def test_shell_variables_from_a_command_fail_loudly_when_empty():
+  """`X=$(cmd)` in a page is followed by `: "${X:?...}"`: an empty path stops there, with
+  the reason, instead of as the next command's argparse error."""
+  for page in PAGES:
+    lines = _read("docs", page).splitlines()
+    for i, line in enumerate(lines):
+      var = re.match(r"(\w+)=\$\(", line)
+      if var:
+        assert lines[i + 1].startswith(f': "${{{var.group(1)}:?'), f"docs/{page}: {line}"
+
+
+def test_license_is_the_apache_2_text_pyproject_names():
+  with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+    assert tomllib.load(f)["project"]["license"] == "Apache-2.0"
+  text = _read("LICENSE")
+  assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+  assert "END OF TERMS AND CONDITIONS" in text and len(text.splitlines()) == 202
