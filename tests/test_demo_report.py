@@ -2,6 +2,7 @@
 import collections
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -95,7 +96,9 @@ def test_report_of_a_tiny_run(tmp_path, capsys):
   config.train.update(eval_every=6, eval_steps=0)
   workdir = str(tmp_path / "run")
   loop.train_and_evaluate(config, workdir, registry.get_task(config))
-  got = demo_report.report(workdir, ["the [MASK] of the"], top_k=3)
+  texts = ["the [MASK] of the", "the [MASK] is", "a [MASK] ."]  # 3, as `make demo` (16 positions)
+  capsys.readouterr()  # the training's lines: `out` is the report alone
+  got = demo_report.report(workdir, texts, top_k=5)
   out = capsys.readouterr().out
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     logged = [json.loads(l) for l in f if "eval/mlm_accuracy" in l][-1]["eval/mlm_accuracy"]
@@ -124,4 +127,38 @@ def test_report_of_a_tiny_run(tmp_path, capsys):
   assert acc["bigram"] == pytest.approx(hits["bigram"] / hits["n"])
   assert f"most frequent token ({tok.id_to_token(top)!r})" in out
   assert "the [MASK] of the" in out and "unigram prior: " in out
-  assert len(got["fills"][0][0]) == 3
+  assert len(got["fills"][0][0]) == 5
+  # README pastes `make demo`'s report verbatim: the same lines in the same format (from
+  # its first line: data preparation logs its own line before it).
+  report = out[out.index("held-out MLM accuracy"):]
+  assert _skeleton(_readme_demo_block()) == _skeleton(report), report
+
+
+def _readme_demo_block() -> str:
+  """The code block under README's "What `make demo` prints" heading."""
+  with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    text = f.read()
+  section = text[text.index("## What `make demo` prints"):]
+  return section.split("```\n", 2)[1]
+
+
+def _skeleton(report: str) -> list[str]:
+  """The report's lines with what a run decides (texts, tokens, numbers) made generic."""
+  lines = []
+  for line in report.strip("\n").splitlines():
+    line = re.sub(r"^.* {3}\((held out|IN THE TRAINING DOCUMENTS)\)$", "TEXT   (HELD)", line)
+    line = re.sub(r"\((['\"]).*?\1\)", "('T')", line)             # the most frequent token
+    line = re.sub(r"\S+ \d\.\d{3}(?=  |$)", "T P", line)          # fill-mask's `token p`
+    lines.append(re.sub(r"[+-]?\d+(\.\d+)?", "N", line))
+  return lines
+
+
+def test_skeleton_keeps_the_format_and_drops_the_values():
+  a = ("\nheld-out MLM accuracy on the 23987 masked positions (11% have ...):\n"
+       "  most frequent token ('the') 0.0384   model - bigram = +0.1851\n\n"
+       "the [MASK] was killed .   (held out)\n  [MASK] model: government 0.038  , 0.031\n")
+  b = ("held-out MLM accuracy on the 77 masked positions (3% have ...):\n"
+       "  most frequent token (',') 0.1   model - bigram = -0.25\n\n"
+       "a [MASK] b   (IN THE TRAINING DOCUMENTS)\n  [MASK] model: ##s 0.500  the 0.100\n")
+  assert _skeleton(a) == _skeleton(b)
+  assert _skeleton(a) != _skeleton(a.replace("  [MASK] model:", "  [MASK]:"))
