@@ -51,6 +51,8 @@ def on_page_markdown(markdown, page, config, files):
     markdown = markdown.replace("](bench/RESULTS.md", "](results.md")
     # Other repository files (LICENSE, ...) are not pages of the site: their name stays.
     markdown = REPO_LINK.sub(r"\1 (`\2`)", markdown)
+  elif page.file.src_uri == "results.md":  # bench/RESULTS.md: its pictures are in docs/
+    markdown = markdown.replace("](../docs/", "](")
   else:  # a page under docs/
     markdown = markdown.replace("](../bench/RESULTS.md", "](results.md")
     markdown = markdown.replace("](../README.md", "](index.md")
