@@ -35,6 +35,21 @@ PACKAGED = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
 ENCODE_POOLINGS = ("mean", "cls")
 
 
+def _text_list(arg, method: str, article: str) -> tuple[bool, list[str]]:
+  """(was `arg` one str, the texts as a list of str) for `method`, or a TypeError naming
+  what it got (numpy str_ items become str, for the tokenizer)."""
+  single = isinstance(arg, str)
+  try:
+    texts = [arg] if single else list(arg)
+  except TypeError:
+    raise TypeError(f"{method} takes a str or a list of str, got {article}"
+                    f"{type(arg).__name__}") from None
+  bad = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
+  if bad:
+    raise TypeError(f"{method} takes a str or a list of str; the list holds {', '.join(bad)}")
+  return single, [str(t) for t in texts]
+
+
 def _packaged_dir(name: str) -> str:
   from bert_jax.train.defaults import minilm_dir  # pylint: disable=g-import-not-at-top
   path = minilm_dir()
@@ -107,16 +122,7 @@ class Model:
       max_length: tokens per text incl. [CLS]/[SEP]; default `self.max_length`.
       normalize: scale each vector to unit L2 norm (sentence-transformers' Normalize).
     """
-    single = isinstance(texts, str)
-    try:
-      texts = [texts] if single else list(texts)
-    except TypeError:
-      raise TypeError(f"encode takes a str or a list of str, got "
-                      f"{type(texts).__name__}") from None
-    bad = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
-    if bad:
-      raise TypeError(f"encode takes a str or a list of str; the list holds {', '.join(bad)}")
-    texts = [str(t) for t in texts]   # numpy str_ -> str, for the tokenizer
+    single, texts = _text_list(texts, "encode", "")
     if pooling not in ENCODE_POOLINGS:
       raise ValueError(f"pooling={pooling!r}; expected one of {ENCODE_POOLINGS} (per-token "
                        "vectors: bert-jax-embed --pooling none)")
@@ -146,23 +152,14 @@ class Model:
     length in batches of batch_size (fill_mask.fill_many), each text's answer that of a
     pass of it alone.
     """
-    single = isinstance(text, str)
-    try:
-      texts = [text] if single else list(text)
-    except TypeError:
-      raise TypeError(f"fill_mask takes a str or a list of str, got a "
-                      f"{type(text).__name__}") from None
-    bad = sorted({type(t).__name__ for t in texts if not isinstance(t, str)})
-    if bad:
-      raise TypeError(f"fill_mask takes a str or a list of str; the list holds "
-                      f"{', '.join(bad)}")
+    single, texts = _text_list(text, "fill_mask", "a ")
     if not isinstance(top_k, (int, np.integer)) or top_k < 1:
       raise ValueError(f"top_k must be an int >= 1, got {top_k!r}")
     if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
       raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
     try:
       fill_mask_lib.check_mlm_head(self._loaded, what="bert_jax.load path")
-      masks = fill_mask_lib.fill_many(self._loaded, [str(t) for t in texts], top_k,
+      masks = fill_mask_lib.fill_many(self._loaded, texts, top_k,
                                       batch_size) if texts else []
     except loader.InputError as e:
       raise ValueError(str(e)) from None
