@@ -82,8 +82,9 @@ def fit_mesh_shape(requested: Sequence[int], num_devices: int, log=print) -> tup
   try:
     return mesh_shape(requested, num_devices)
   except ValueError as e:
-    if len(requested) != len(MESH_AXES) or not all(isinstance(s, int) for s in requested):
-      raise
+    if len(requested) != len(MESH_AXES) or not all(
+        isinstance(s, int) and (s > 0 or s == -1) for s in requested):
+      raise  # not a shape at all (a 0, a -2, two few axes): nothing to fit
     fitted, rest = [], num_devices
     for s in requested:
       fitted.append(-1 if s == -1 else math.gcd(max(s, 1), rest))

@@ -356,6 +356,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
           writer.write_scalars(step, {f"eval/{k}": v for k, v in last_eval.items()})
           log(eval_report(step, last_eval))
 
+      if not several:  # one process: a signal during this step's log or eval stops here
+        stopped_by = preempt.name
       if step % checkpoint_every == 0 or step == total_steps or stopped_by:
         # Only a checkpoint scored at its own step carries metrics (and can be "best").
         ckpt.save(step, state, _meta(config, task, phase), train_iter,
