@@ -15,6 +15,15 @@ import os
 import jax
 
 
+def libtpu_loaded() -> bool:
+  """Whether libtpu's shared library is mapped into this process (Linux; else False)."""
+  try:
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+      return any("libtpu" in line for line in f)
+  except OSError:
+    return False
+
+
 class StepProfiler:
   """Starts the trace before the first chosen step, annotates each step, and stops after
   the last one once its outputs are ready (a trace that stopped at dispatch would miss
@@ -34,6 +43,14 @@ class StepProfiler:
     if self.active and self.first <= start_step:
       log(f"profile: steps {self.first}-{self.last} are not after this run's start "
           f"({start_step}); nothing traced.")
+      self.active = False
+    if self.active and libtpu_loaded() and jax.default_backend() != "tpu":
+      # libtpu's profiler plugin, once the library is in the process (an AOT compile for a
+      # TPU topology loads it), makes start_trace segfault on another backend: say so
+      # instead of crashing the run.
+      log("profile: libtpu is loaded in this process but the backend is "
+          f"{jax.default_backend()}: its profiler plugin would crash the trace; nothing "
+          "traced (profile in a process that has not compiled for a TPU topology).")
       self.active = False
 
   def run(self, step: int, fn, *args):

@@ -55,7 +55,6 @@ def data_dir(tmp_path_factory):
 def uninterrupted(data_dir, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("uninterrupted"))
   config = e2e_config(data_dir)
-  config.train.profile_steps = 2   # steps 2-3: the first after compile (train/profile.py)
   result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
   return workdir, result
 
@@ -94,12 +93,16 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir,
   ref_dir, _ = uninterrupted
   workdir = str(tmp_path / "interrupted")
   config = e2e_config(data_dir)
-  first = procs.main(_flags(config, workdir), signal_at="step 3/6", sig=signal.SIGTERM)
+  # The CLI run also profiles steps 2-3 (train.profile_steps; a fresh process: libtpu,
+  # which an AOT test loads into a pytest worker, makes the profiler crash on CPU).
+  first = procs.main(_flags(config, workdir) + ["--config.train.profile_steps=2"],
+                     signal_at="step 3/6", sig=signal.SIGTERM)
   out = first.output
   assert first.returncode == 0, out
   assert "SIGTERM: saved step" in out
   stopped_at = max(ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps())
   assert 3 <= stopped_at < 6
+  _check_profile(workdir)
   result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
   out = capsys.readouterr().out
   assert result["step"] == 6, out
@@ -109,11 +112,10 @@ def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir,
     assert got[step] == pytest.approx(ref[step], abs=1e-6), (step, got, ref)
 
 
-def test_profile_traces_the_chosen_steps_after_compile(uninterrupted):
+def _check_profile(workdir):
   """train.profile_steps: a trace TensorBoard's profile plugin reads (WORKDIR/plugins/
   profile/RUN/*.xplane.pb) whose step events name steps 2 and 3."""
   import glob, gzip  # pylint: disable=g-import-not-at-top,multiple-import
-  workdir, _ = uninterrupted
   runs = glob.glob(os.path.join(workdir, "plugins", "profile", "*"))
   assert len(runs) == 1 and glob.glob(os.path.join(runs[0], "*.xplane.pb"))
   with gzip.open(glob.glob(os.path.join(runs[0], "*.trace.json.gz"))[0]) as f:
