@@ -67,6 +67,14 @@ STEP_LINE = re.compile(r"^step \d+/\d+")
 LOSS_KEYS = ("loss", "epoch_loss")
 
 
+def xla_flags(devices: int) -> str:
+  """XLA_FLAGS of a child with `devices` fake CPU devices and this process's other XLA
+  flags (tests/conftest.py: LLVM -O0, which compiles the tiny programs faster)."""
+  others = [f for f in os.environ.get("XLA_FLAGS", "").split()
+            if not f.startswith("--xla_force_host_platform_device_count")]
+  return " ".join([f"--xla_force_host_platform_device_count={devices}"] + others)
+
+
 def child_env(root: str | None = None, **extra: str) -> dict:
   """os.environ for a child main: this checkout first on PYTHONPATH, CPU unless set, and a
   persistent compilation cache (the one already set, else <root>/xla_cache) used for

@@ -78,7 +78,7 @@ def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 9
   Run once all ended (all are killed at `timeout`)."""
   per = DEVICES // processes
   base = dict(env or fault_campaign.child_env(),
-              XLA_FLAGS=_xla_flags(per), JAX_PLATFORMS="cpu")
+              XLA_FLAGS=fault_campaign.xla_flags(per), JAX_PLATFORMS="cpu")
   cmd = [sys.executable, "-u", "-m", "bert_jax.main", *flags, f"--workdir={workdir}"]
   if processes > 1:
     port = portpicker.pick_unused_port()
@@ -100,12 +100,6 @@ def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 9
       out += f"\n[multihost] killed after {timeout:.0f} s"
     runs.append(fault_campaign.Run(p.returncode, time.monotonic() - t0, out, False, None))
   return runs
-
-
-def _xla_flags(devices: int) -> str:
-  others = [f for f in os.environ.get("XLA_FLAGS", "").split()
-            if not f.startswith("--xla_force_host_platform_device_count")]
-  return " ".join([f"--xla_force_host_platform_device_count={devices}"] + others)
 
 
 def metrics(workdir: str) -> tuple[dict[int, float], dict[str, float]]:

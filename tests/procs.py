@@ -11,17 +11,9 @@ import os
 import signal
 
 from scripts import fault_campaign
-from scripts.fault_campaign import Run, checkpoints_ok, duplicate_steps, train_losses
+from scripts.fault_campaign import Run, checkpoints_ok, duplicate_steps, train_losses, xla_flags
 
-__all__ = ["Run", "checkpoints_ok", "duplicate_steps", "main", "train_losses"]
-
-
-def xla_flags(devices: int) -> str:
-  """XLA_FLAGS of a child with `devices` fake CPU devices and this session's other XLA
-  flags (tests/conftest.py: LLVM -O0, which compiles the tiny programs faster)."""
-  others = [f for f in os.environ.get("XLA_FLAGS", "").split()
-            if not f.startswith("--xla_force_host_platform_device_count")]
-  return " ".join([f"--xla_force_host_platform_device_count={devices}"] + others)
+__all__ = ["Run", "checkpoints_ok", "duplicate_steps", "main", "train_losses", "xla_flags"]
 
 
 def main(flags: list[str], *, devices: int = 8, timeout: float = 300, **kill) -> Run:
