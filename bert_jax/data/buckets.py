@@ -14,6 +14,7 @@ batched together. The lengths are the multiples of a step up to the maximum
   exactly.
 * Evaluation and prediction (`eval_plan`): every row once, sorted by length and cut
   into batches, each padded to its bucket; padding rows (index -1) only in the first.
+  Rows with several sides (translation's source and target) get a bucket a side.
 
 Several processes agree on the batches' shapes without talking: each one computes the
 same global plan and takes its own rows of every global batch (rows p, p + S, ...), as
@@ -98,34 +99,54 @@ class BucketTrainKeys:
 @dataclasses.dataclass(frozen=True)
 class EvalPlan:
   """Every row once: batch i holds indices[i] ([B] of this process, -1 = padding row),
-  padded to lengths[i] tokens."""
+  padded to lengths[i] tokens (one length; or a tuple, one a side, where rows have
+  several sides, e.g. a translation pair's source and target)."""
   indices: np.ndarray    # [batches, B] int64
-  lengths: np.ndarray    # [batches] int64
+  lengths: np.ndarray    # [batches] int64, or [batches, sides]
 
   def __len__(self) -> int:
     return len(self.lengths)
 
-  def __call__(self, i: int) -> tuple[np.ndarray, int]:
+  def __call__(self, i: int):
     index = self.indices[i]
-    return np.stack([np.zeros_like(index), index], axis=1), int(self.lengths[i])
+    keys = np.stack([np.zeros_like(index), index], axis=1)
+    if self.lengths.ndim == 1:
+      return keys, int(self.lengths[i])
+    return keys, tuple(int(n) for n in self.lengths[i])
 
 
-def eval_plan(lengths, buckets: np.ndarray, batch_size: int, shard_index: int = 0,
+def eval_plan(lengths, buckets, batch_size: int, shard_index: int = 0,
               shard_count: int = 1) -> EvalPlan:
   """Every row once: rows sorted by length (ties in index order), cut into global batches
   of batch_size x shard_count rows, each padded to the bucket of its longest row; this
   process's rows of each. Only the first batch, the shortest, has padding rows (a batch
   per bucket would leave a part-empty one in every bucket; padding rows in the last
-  batch would cost the longest bucket's length each)."""
+  batch would cost the longest bucket's length each).
+
+  Rows of several sides: lengths [n, sides] and `buckets` one array a side; each side of
+  a batch is padded to its own bucket. Rows are sorted by the first side's bucket, then
+  by the next sides' lengths, then by the first side's length: the same first-side
+  buckets batch by batch as sorting by its length alone (the sequence of first-side
+  buckets along the order is the same), with less padding on the other sides.
+  """
   lengths = np.asarray(lengths, np.int64)
+  cols = lengths.reshape(len(lengths), -1)                        # [n, sides]
+  sides = [np.asarray(buckets, np.int64)] if lengths.ndim == 1 else list(buckets)
+  if len(sides) != cols.shape[1]:
+    raise ValueError(f"{cols.shape[1]} length columns but {len(sides)} bucket sets.")
+  first = bucket_of(cols[:, 0], sides[0])
+  # np.lexsort: the last key is the primary one; stable, so ties keep index order.
+  order = np.lexsort((cols[:, 0],) + tuple(cols[:, ::-1][:, :-1].T) + (first,))
   global_batch = batch_size * shard_count
-  order = np.argsort(lengths, kind="stable")
   padded = np.full(-(-len(order) // global_batch) * global_batch, -1, np.int64)
   padded[len(padded) - len(order):] = order
   batches = padded.reshape(-1, global_batch)                      # [batches, GB]
-  longest = np.where(batches >= 0, lengths[np.maximum(batches, 0)], 0).max(axis=1,
-                                                                           initial=0)
-  return EvalPlan(batches[:, shard_index::shard_count], bucket_of(longest, buckets))
+  real = (batches >= 0)[..., None]
+  longest = np.where(real, cols[np.maximum(batches, 0)], 0).max(axis=1,
+                                                                 initial=0)  # [batches, sides]
+  padded_to = np.stack([bucket_of(longest[:, s], b) for s, b in enumerate(sides)], axis=1)
+  return EvalPlan(batches[:, shard_index::shard_count],
+                  padded_to[:, 0] if lengths.ndim == 1 else padded_to)
 
 
 def fill_rate(lengths: Sequence[int], batches: Sequence[tuple[np.ndarray, int]]) -> float:

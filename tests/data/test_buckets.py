@@ -101,3 +101,29 @@ def test_eval_plan_holds_every_row_once_sorted_by_length(shard_count):
   # Each batch in the bucket of its longest row (of all processes); lengths ascend.
   np.testing.assert_array_equal(plans[0].lengths, buckets.bucket_of(longest, BUCKETS))
   assert (np.diff(longest) >= 0).all() and sorted(set(plans[0].lengths)) == [16, 32, 48]
+
+
+def test_two_sided_plan_sorts_by_first_bucket_then_second_length():
+  rng = np.random.default_rng(1)
+  lengths = np.stack([LENGTHS, rng.integers(1, 41, size=45)], axis=1)   # [45, 2]
+  sides = (BUCKETS, buckets.bucket_lengths(40, 8))
+  plan = buckets.eval_plan(lengths, sides, 4)
+  one = buckets.eval_plan(LENGTHS, BUCKETS, 4)
+  rows = plan.indices.ravel()
+  assert sorted(rows[rows >= 0].tolist()) == list(range(45))
+  keys, shape = plan(3)
+  assert isinstance(shape, tuple) and len(shape) == 2 and keys.shape == (4, 2)
+  for b, index in enumerate(plan.indices):
+    real = lengths[index[index >= 0]]
+    np.testing.assert_array_equal(plan.lengths[b],
+                                  [buckets.bucket_of(real[:, s].max(), sides[s])
+                                   for s in range(2)])
+  # The first side's buckets batch by batch are those of sorting by its length alone;
+  # within a first-side bucket the rows ascend by the second side's length.
+  np.testing.assert_array_equal(plan.lengths[:, 0], one.lengths)
+  first = buckets.bucket_of(lengths[rows[rows >= 0], 0], BUCKETS)
+  second = lengths[rows[rows >= 0], 1]
+  assert (np.diff(first) >= 0).all()
+  assert all((np.diff(second[first == b]) >= 0).all() for b in BUCKETS)
+  with pytest.raises(ValueError, match="2 length columns but 1 bucket sets"):
+    buckets.eval_plan(lengths, (BUCKETS,), 4)

@@ -6,6 +6,8 @@ Batch dict (B rows; S = data.max_source_length, T = data.max_target_length):
                                  inputs are these shifted right behind <s>)
   example_weight float32 [B]     0 on padding rows of eval batches
   feature_index  int32   [B]     row of the split (-1 on padding rows)
+Bucketed eval/predict batches (data.length_bucket > 0, `bucketed_eval_batches`) are the
+same rows cut to [B, S'] / [B, T'], S' and T' the batch's source and target buckets.
 Packed train batches (data.pack_length = P > 0: batches by token count, the paper's
 "approximately 25000 source and 25000 target tokens") hold several pairs a row:
   src_ids, tgt_ids                     int32 [B, P]  pairs back to back, 0-padded
@@ -25,6 +27,7 @@ import grain
 import numpy as np
 import tokenizers
 
+from bert_jax.data import buckets
 from bert_jax.data import sampling
 from bert_jax.tasks.skiplog import SkipLog
 from bert_jax.tasks.translation import data
@@ -139,6 +142,35 @@ def eval_batches(source, batch_size: int, shard_index: int, shard_count: int):
   return iter(ds.map(_Batch(source)).to_iter_dataset())
 
 
+class _BucketBatch:
+  """(keys [B, 2] (epoch, row; -1 = padding row), (S', T')) -> a batch dict of rows cut
+  to S' source and T' target positions (their ids come first, 0-padding after)."""
+
+  def __init__(self, source):
+    self.batch = _Batch(source)
+
+  def __call__(self, item) -> dict:
+    keys, (src_len, tgt_len) = item
+    batch = self.batch(keys)
+    batch["src_ids"] = batch["src_ids"][:, :src_len]
+    batch["tgt_ids"] = batch["tgt_ids"][:, :tgt_len]
+    return batch
+
+
+def bucketed_eval_batches(source, source_buckets: np.ndarray, target_buckets: np.ndarray,
+                          batch_size: int, shard_index: int, shard_count: int):
+  """Every row of `source` once, batches in length buckets (data/buckets.py eval_plan):
+  rows sorted by source bucket, then target length; each batch padded to the smallest
+  source and target buckets holding its longest source and target. Padding rows
+  (feature_index -1) only in the first batch; callers restore the order by
+  feature_index."""
+  lengths = np.stack([(source.src_ids > 0).sum(1), (source.tgt_ids > 0).sum(1)], axis=1)
+  plan = buckets.eval_plan(lengths, (source_buckets, target_buckets), batch_size,
+                           shard_index, shard_count)
+  ds = grain.MapDataset.range(len(plan)).map(plan).map(_BucketBatch(source))
+  return iter(ds.to_iter_dataset())
+
+
 def read_split(d, split: str):
   """(pairs, SkipLog) of config.data `d`'s "train" | "eval" | "test" split (not numbers)."""
   if d.source == "file":
@@ -190,10 +222,10 @@ class SourceRows:
 
   def __init__(self, features: dict, max_target: int):
     self.src_ids, self.max_target = features["src_ids"], max_target
+    self.tgt_ids = np.zeros((len(self.src_ids), max_target), np.int32)
 
   def __len__(self) -> int:
     return len(self.src_ids)
 
   def rows(self, index: np.ndarray) -> dict:
-    return {"src_ids": self.src_ids[index],
-            "tgt_ids": np.zeros((len(index), self.max_target), np.int32)}
+    return {"src_ids": self.src_ids[index], "tgt_ids": self.tgt_ids[index]}

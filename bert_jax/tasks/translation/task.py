@@ -9,7 +9,11 @@ jitted search of bert_jax/decoding.py (greedy, or beam with the GNMT length pena
 at most source length + `decode.max_extra_length` tokens per row, and `host_metrics`
 detokenizes the hypotheses and scores corpus BLEU / chrF / exact match against the raw
 references, plus teacher-forced token accuracy and perplexity. The best checkpoint is
-kept by BLEU (train.best_metric).
+kept by BLEU (train.best_metric). Eval and translate batches run in length buckets
+(data.length_bucket > 0): rows sorted by length, each batch padded to the smallest
+multiple of the step holding its longest source and target (one compile per shape),
+results put back in the caller's order by feature_index; 0 pads every batch to
+max_source/target_length as before.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bert_jax.data import buckets
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models import seq2seq
 from bert_jax.tasks.translation import batches as batch_lib
@@ -63,6 +68,10 @@ class TranslationTask:
       raise ValueError(f"model.matmul_dtype={self.model_config.matmul_dtype!r} applies to the "
                        f"Transformer's matmuls; architecture={self.architecture!r} does not "
                        "use it (leave it unset).")
+    # Eval/predict batches padded to a few lengths a side, not all to the maximum.
+    step = int(d.get("length_bucket", 0) or 0)
+    self.source_buckets = buckets.bucket_lengths(self.max_source, step)
+    self.target_buckets = buckets.bucket_lengths(self.max_target, step)
     self.pack_length = int(d.get("pack_length", 0) or 0)
     if self.pack_length:
       if self.architecture != "transformer":
@@ -151,7 +160,17 @@ class TranslationTask:
     del phase
     if not self.eval_source or not len(self.eval_source):
       raise ValueError("translation: no usable evaluation pairs (see the summary above).")
-    return batch_lib.eval_batches(self.eval_source, batch_size, shard_index, shard_count)
+    return self._eval_batches(self.eval_source, batch_size, shard_index, shard_count)
+
+  @property
+  def bucketed(self) -> bool:
+    return len(self.source_buckets) > 1 or len(self.target_buckets) > 1
+
+  def _eval_batches(self, source, batch_size, shard_index, shard_count):
+    if not self.bucketed:
+      return batch_lib.eval_batches(source, batch_size, shard_index, shard_count)
+    return batch_lib.bucketed_eval_batches(source, self.source_buckets, self.target_buckets,
+                                           batch_size, shard_index, shard_count)
 
   def dummy_batch(self, batch_size: int, seq_len: int = 0, num_predictions: int = 0) -> dict:
     del seq_len, num_predictions
@@ -187,10 +206,17 @@ class TranslationTask:
     """Decoded target ids [B, T] (best hypothesis, </s> then 0s) of src_ids [B, S]."""
     from bert_jax.tasks.translation import search  # pylint: disable=g-import-not-at-top
     dc = self.config.decode
-    return search.translate_ids(
+    extra = int(dc.max_extra_length)
+    # A row stops at min(max_target, its source length + extra) tokens and its source
+    # fits the batch's S columns, so no row of it runs past S + extra: decoding (the
+    # KV cache, the hypothesis buffers) only that far gives the same hypotheses, and
+    # a short length bucket decodes a short buffer.
+    max_len = min(self.max_target, src_ids.shape[1] + extra)
+    hyp = search.translate_ids(
         self.eval_model, self.architecture, params, src_ids, beam_size=beam_size,
-        alpha=float(dc.alpha if alpha is None else alpha), max_len=self.max_target,
-        max_extra_length=int(dc.max_extra_length))
+        alpha=float(dc.alpha if alpha is None else alpha), max_len=max_len,
+        max_extra_length=extra)                                        # [B, max_len]
+    return jnp.pad(hyp, ((0, 0), (0, self.max_target - max_len)), constant_values=data.PAD)
 
   def _token_weights(self, batch):
     return (batch["tgt_ids"] > 0).astype(jnp.float32) * batch["example_weight"][:, None]
@@ -280,8 +306,8 @@ class TranslationTask:
     return cli_io.read_sources(self, path)
 
   def predict_batches(self, features: dict, batch_size: int):
-    return batch_lib.eval_batches(batch_lib.SourceRows(features, self.max_target),
-                                  batch_size, 0, 1)
+    return self._eval_batches(batch_lib.SourceRows(features, self.max_target), batch_size,
+                              0, 1)
 
   def prediction_records(self, examples, features, outputs):
     from bert_jax.tasks.translation import cli_io  # pylint: disable=g-import-not-at-top
