@@ -1,10 +1,11 @@
 """Translation eval and translate in length buckets equal the padded path: teacher-forced
 loss and accuracy, greedy and beam hypotheses, sacreBLEU / chrF, the caller's order.
 
-The tiny numbers Transformer with random weights (hypotheses that vary), on 16
-validation pairs: sources up to 16 subwords, targets up to 20, buckets of 4. Hypotheses
-stop at source length + 3 tokens, so each bucket decodes its own shorter buffer
-(S' + 3 < 20) and the per-row limits are what the padded path's would be.
+The tiny numbers Transformer with random weights (hypotheses that vary), on 15
+validation pairs in batches of 8 (one padding row): sources up to 16 subwords, targets up
+to 20, buckets of 4. Hypotheses stop at source length + 3 tokens, so a bucket decodes
+its own shorter buffer (S' + 3 < 19) and the per-row limits are what the padded path's
+would be. Compiles: two shapes bucketed, one padded, two for the translate CLI's search.
 """
 import functools
 
@@ -20,10 +21,12 @@ from bert_jax.tasks.translation import data
 from bert_jax.train import steps
 from tests.tasks.translation.conftest import translation_config
 
+N, BATCH = 15, 8  # eval pairs, rows a batch
+
 
 def _task(length_bucket, workdir):
   c = translation_config()
-  c.data.update(max_source_length=16, max_eval_examples=16, length_bucket=length_bucket)
+  c.data.update(max_source_length=16, max_eval_examples=N, length_bucket=length_bucket)
   c.decode.update(eval_beam_size=2, max_extra_length=3)
   task = registry.get_task(c)
   task.prepare(str(workdir))  # reuses the workdir's vocabulary
@@ -61,7 +64,7 @@ def _eval(task, params):
     out["greedy"] = task.search(params, batch["src_ids"], beam_size=1)
     return out
 
-  batches = list(task.eval_iterator({}, 4, 0, 1))
+  batches = list(task.eval_iterator({}, BATCH, 0, 1))
   got = [jax.device_get(run(params, b)) for b in batches]
   outputs = {k: np.concatenate([o[k] for o in got]) for k in got[0]}
   keep = outputs["feature_index"] >= 0
@@ -77,7 +80,7 @@ def test_bucketed_eval_and_translate_equal_the_padded_path(tasks, tmp_path):
   assert ref_shapes == {(16, 20)}
   assert len(our_shapes) >= 2 and {s for s, _ in our_shapes} <= {4, 8, 12, 16} and \
       {t for _, t in our_shapes} <= {4, 8, 12, 16, 20}
-  np.testing.assert_array_equal(ours["feature_index"], np.arange(16))
+  np.testing.assert_array_equal(ours["feature_index"], np.arange(N))
   for k in ("nll", "correct", "tokens"):
     np.testing.assert_allclose(ours[k], ref[k], rtol=1e-5, atol=1e-5)
   for k in ("hyp", "greedy"):
@@ -98,11 +101,11 @@ def test_bucketed_eval_and_translate_equal_the_padded_path(tasks, tmp_path):
   # The translate CLI: bucketed batches, lines written in the input's order.
   lines = tmp_path / "eval.src"
   lines.write_text("".join(s + "\n" for s in bucketed.eval_source.sources), encoding="utf-8")
-  texts, _ = translate.translate(bucketed, params, str(lines), 2, 0.6, 4)
-  assert texts == data.decode(bucketed.tokenizer, ref["hyp"])    # the padded path's beams
+  texts, _ = translate.translate(bucketed, params, str(lines), 1, 0.6, BATCH)
+  assert texts == data.decode(bucketed.tokenizer, ref["greedy"])  # the padded path's
 
   # Fewer computed positions (source + target) than the padded path's 16 x (16 + 20).
   plan = buckets.eval_plan(
       np.stack([src_len, (bucketed.eval_source.tgt_ids > 0).sum(1)], 1),
-      (bucketed.source_buckets, bucketed.target_buckets), 4)
-  assert 4 * plan.lengths.sum() < 16 * (16 + 20)
+      (bucketed.source_buckets, bucketed.target_buckets), BATCH)
+  assert BATCH * plan.lengths.sum() < 16 * (16 + 20)
