@@ -9,7 +9,7 @@ eval metrics with the one-process run of the same mesh:
   .venv/bin/python scripts/multihost.py                        # the full matrix (RESULTS)
   .venv/bin/python scripts/multihost.py --tasks pretraining --meshes 1,1,8 --processes 1,2
 
-tests/train/test_multihost.py runs two cells of it through `launch` and `compare`.
+tests/train/test_loop_multihost.py runs two of its meshes ((1, 1, 8), then (2, 1, 4)) on 2 processes against one process, through stops and restores.
 """
 from __future__ import annotations
 

@@ -1,14 +1,24 @@
-"""Two JAX processes (4 CPU devices each, mesh (2, 1, 4)) that stop and restore together.
+"""Two JAX processes (4 CPU devices each) that train what one process trains, and stop and
+restore together: the suite's multi-process test (scripts/multihost.py runs the full matrix
+of meshes and process counts, bench/RESULTS.md "Multi-host equivalence").
 
-The reference is the same run uninterrupted in this process on 8 devices (so the test also
-shows that 2 processes x 4 devices train what 1 x 8 trains); then one workdir taken through: a SIGTERM to process 1
-alone; a rerun with SIGTERMs to both processes 1 s apart; the newest checkpoint damaged
-for process 1 only (its data-iterator file); a rerun to the end. Every stop is the same
-saved step on both processes within the bound (multihost.StopVote: a signal that reaches
-a process before its vote of step k stops both after step k + 1), both exit 0, the damaged
-step makes both restore the same older step, and every step's loss equals the reference's
-(to 1e-5 relative: the issue's equivalence bound; measured 1.5e-7 in scripts/multihost.py).
+The reference is the same run uninterrupted in this process on 8 devices; then one workdir
+taken through:
+1. mesh (1, 1, 8), a tensor axis spanning both processes: every batch block is held by both,
+   so both must load the same rows (one row shard; they differed by 8.9e-2 in loss when each
+   process loaded rows of its own) and eval must count each row once. A SIGTERM to process 1
+   alone.
+2. mesh (2, 1, 4) (two row shards): the rerun continues the one-shard checkpoint's global
+   stream on two shards; SIGTERMs to both processes 1 s apart.
+3. the newest checkpoint damaged for process 1 only (its shard's data-iterator file); a
+   rerun to the end.
+Every stop is the same saved step on both processes within the bound (multihost.StopVote:
+a signal that reaches a process before its vote of step k stops both after step k + 1),
+both exit 0, the damaged step makes both restore the same older step, and every step's
+loss and every eval's metrics equal the reference's (to 1e-5 relative: the issue's
+equivalence bound; measured <= 1.6e-7 in scripts/multihost.py).
 """
+import json
 import os
 import re
 import signal
@@ -26,6 +36,8 @@ from tests import procs
 from tests.train.test_loop import ROOT, _flags, _losses, e2e_config
 
 STEPS = 14
+HEADS = 8  # a tensor axis of 8 splits them
+VOCAB_MULTIPLE = 1024
 SAVED = re.compile(r"process (\d): SIGTERM \(agreed by all 2 processes\): saved step (\d+)")
 
 
@@ -34,14 +46,26 @@ def data_dir(tmp_path_factory):
   return str(tmp_path_factory.mktemp("data"))
 
 
-def _run(workdir, data_dir, signals=()):
-  """Both processes of one run until they end (at most 300 s). signals: (step, [(process,
-  delay_s)]): SIGTERM each `process` `delay_s` after process 0 logs `step STEP/..`.
-  Returns (return codes, outputs, seconds from the first signal to the last exit)."""
+def _config(data_dir):
+  config = e2e_config(data_dir, num_steps=STEPS)
+  config.model.num_heads = HEADS
+  # Fixed, not "128 x the tensor axis": the run changes meshes (tensor 8, then 4), and a
+  # checkpoint resumes only with its own table sizes.
+  config.model.vocab_multiple = VOCAB_MULTIPLE
+  config.train.checkpoint_every, config.train.eval_every = 100, 2
+  config.data.validation_fraction = 0.4  # 2 of the 6 documents: an eval set
+  return config
+
+
+def _run(workdir, data_dir, mesh, signals=()):
+  """Both processes of one run on `mesh` until they end (at most 300 s). signals: (step,
+  [(process, delay_s)]): SIGTERM each `process` `delay_s` after process 0 logs `step
+  STEP/..`. Returns (return codes, outputs, seconds from the first signal to the last exit)."""
   import portpicker  # pylint: disable=g-import-not-at-top
-  flags = [f for f in _flags(e2e_config(data_dir, num_steps=STEPS), workdir)
-           if not f.startswith(("--config.mesh_shape", "--config.train.checkpoint_every"))]
-  flags += ["--config.mesh_shape=(2,1,4)", "--config.train.checkpoint_every=100",
+  flags = [f for f in _flags(_config(data_dir), workdir)
+           if not f.startswith("--config.mesh_shape")]
+  flags += [f"--config.mesh_shape={mesh}".replace(" ", ""),
+            f"--config.model.vocab_multiple={VOCAB_MULTIPLE}",
             "--config.train.keep_checkpoints=5", "--num_processes=2", "--heartbeat_timeout=30",
             f"--coordinator_address=127.0.0.1:{portpicker.pick_unused_port()}"]
   env = dict(os.environ, XLA_FLAGS=procs.xla_flags(4), JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
@@ -82,27 +106,41 @@ def _saved_step(outs) -> int:
   return int(said["0"])
 
 
+def _evals(workdir) -> dict:
+  """{step: {metric: value}} of the eval rows in metrics.jsonl (a rerun's row replaces an
+  earlier one of its step)."""
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(l) for l in f]
+  return {r["step"]: {k: v for k, v in r.items() if k.startswith("eval/")}
+          for r in rows if any(k.startswith("eval/") for k in r)}
+
+
 @pytest.mark.multiprocess
-def test_sigterms_stop_both_processes_at_one_step_and_a_damaged_step_is_skipped_by_both(
+def test_two_processes_train_what_one_trains_and_stop_and_restore_at_one_step(
     data_dir, tmp_path):
   ref = str(tmp_path / "reference")
-  config = e2e_config(data_dir, num_steps=STEPS)
-  config.mesh_shape, config.train.checkpoint_every = (2, 1, 4), 100
+  config = _config(data_dir)
+  config.mesh_shape = (2, 1, 4)
   loop.train_and_evaluate(config, ref, registry.get_task(config))  # 1 process x 8 devices
   workdir = str(tmp_path / "run")
   ckdir = tmp_path / "run" / "checkpoints"
 
-  # SIGTERM to process 1 alone when process 0 logs step 3: process 1 then posts its vote
-  # of step 3 or 4 at the latest (the votes keep it within a step of process 0), so both
-  # stop after step 4, 5 or 6.
-  codes, outs, took = _run(workdir, data_dir, signals=[(3, [(1, 0.0)])])
+  # (1, 1, 8): one batch block on both processes. SIGTERM to process 1 alone when process
+  # 0 logs step 3: process 1 then posts its vote of step 3 or 4 at the latest (the votes
+  # keep it within a step of process 0), so both stop after step 4, 5 or 6.
+  codes, outs, took = _run(workdir, data_dir, (1, 1, 8), signals=[(3, [(1, 0.0)])])
   assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
+  assert "2 processes, 1 row shards (each block on 2 hosts" in outs[0], outs[0][-3000:]
   first = _saved_step(outs)
   assert 4 <= first <= 6 and ckpt_lib.Checkpointer(str(ckdir)).all_steps() == [first]
+  assert [f for f in os.listdir(ckdir / str(first) / "data") if f.endswith(".json")] == [
+      "shard_0-of-1.json"]
   assert took < 120, took  # two steps and a save (on a loaded 2-core machine)
 
-  # The rerun resumes there; SIGTERM to process 0 at step first + 2, to process 1 1 s later.
-  codes, outs, took = _run(workdir, data_dir, signals=[(first + 2, [(0, 0.0), (1, 1.0)])])
+  # (2, 1, 4), two row shards, from the one-shard state; SIGTERM to process 0 at step
+  # first + 2, to process 1 1 s later.
+  codes, outs, took = _run(workdir, data_dir, (2, 1, 4),
+                           signals=[(first + 2, [(0, 0.0), (1, 1.0)])])
   assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
   assert f"at step {first}" in outs[0], outs[0][-3000:]
   second = _saved_step(outs)
@@ -111,9 +149,9 @@ def test_sigterms_stop_both_processes_at_one_step_and_a_damaged_step_is_skipped_
 
   # Process 1 cannot read the newest checkpoint (its own data-iterator state is damaged,
   # process 0's is fine): both restore `first`, process 0 moves `second` aside, and the
-  # run ends with every step's loss equal to the uninterrupted run's.
+  # run ends with every step's loss and every eval equal to the uninterrupted run's.
   (ckdir / str(second) / "data" / "shard_1-of-2.json").write_text("{damaged")
-  codes, outs, _ = _run(workdir, data_dir)
+  codes, outs, _ = _run(workdir, data_dir, (2, 1, 4))
   assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
   assert f"could not be restored on process 1" in outs[0], outs[0][-3000:]
   assert f"resumed from {ckdir}/{first} at step {first}" in outs[0], outs[0][-3000:]
@@ -123,3 +161,8 @@ def test_sigterms_stop_both_processes_at_one_step_and_a_damaged_step_is_skipped_
   assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
   for step in want:
     assert got[step] == pytest.approx(want[step], rel=1e-5), (step, got, want)
+  # Evals every 2 steps: those of the (1, 1, 8) run (steps 2, 4) and the later ones.
+  want, got = _evals(ref), _evals(workdir)
+  assert sorted(got) == sorted(want) == list(range(2, STEPS + 1, 2)) and want[2]
+  for step in want:
+    assert got[step] == pytest.approx(want[step], rel=1e-5), (step, got[step], want[step])
