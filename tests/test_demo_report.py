@@ -88,11 +88,12 @@ def test_report_of_a_tiny_run(tmp_path, capsys):
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   from bert_jax.train import loop  # pylint: disable=g-import-not-at-top
   from tests.train.test_loop import e2e_config  # pylint: disable=g-import-not-at-top
+  # e2e_config's model and shapes (a 256-token vocab, not 400): the train step is the
+  # program tests/train/test_loop.py compiles, served by the session's persistent XLA cache.
   config = e2e_config(str(tmp_path / "data"))
   data = os.path.join(ROOT, "tests", "testdata", "data")
   config.data.update(text_files=",".join(os.path.join(data, f) for f in (
-      "tiny_corpus.txt", "paragraphs.txt")), validation_fraction=0.2, vocab_size=400)
-  config.model.vocab_size = 400
+      "tiny_corpus.txt", "paragraphs.txt")), validation_fraction=0.2)
   config.train.update(eval_every=6, eval_steps=0)
   workdir = str(tmp_path / "run")
   loop.train_and_evaluate(config, workdir, registry.get_task(config))
