@@ -54,3 +54,17 @@ def pytest_unconfigure(config):
   owned = os.environ.get("BERT_JAX_TEST_OWNS_XLA_CACHE")
   if owned and not hasattr(config, "workerinput"):
     shutil.rmtree(owned, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def numbers_workdir(tmp_path_factory):
+  """A numbers workdir after 2 tiny training steps (with a BLEU-scored checkpoint).
+
+  Here rather than in tests/tasks/translation/conftest.py so that tests/test_translate.py
+  shares the same session fixture (importing it there made a second one: a second run).
+  """
+  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+  from tests.tasks.translation.conftest import translation_config  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path_factory.mktemp("numbers")
+  result = registry.run(translation_config(), str(workdir))
+  return workdir, result

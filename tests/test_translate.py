@@ -10,9 +10,11 @@ import pytest
 
 from bert_jax import translate
 from bert_jax.models.seq2seq import Transformer
-from tests.tasks.translation.conftest import numbers_workdir  # noqa: F401 (fixture)
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+# The tests that use the numbers_workdir fixture (a tiny training run, ~35 s at load,
+# made once per xdist worker) run on one worker under `pytest --dist loadgroup`.
+NUMBERS = pytest.mark.xdist_group("numbers_workdir")
 
 
 def _cli(*args, stdin=b""):
@@ -36,7 +38,8 @@ def test_a_checkpoint_of_another_task_is_refused(tmp_path):
     translate.checkpoint_dir(str(tmp_path), "best")
 
 
-def test_bad_lines_are_counted_and_keep_their_place(numbers_workdir, tmp_path):  # noqa: F811
+@NUMBERS
+def test_bad_lines_are_counted_and_keep_their_place(numbers_workdir, tmp_path):
   workdir, _ = numbers_workdir
   task, params, step_dir = translate.load(str(workdir), "latest")
   assert step_dir.endswith(os.path.join("checkpoints", "2"))
@@ -51,7 +54,8 @@ def test_bad_lines_are_counted_and_keep_their_place(numbers_workdir, tmp_path): 
   assert log.notes["truncated"] == 1 and log.notes["non_utf8_replaced"] == 1
 
 
-def test_matmul_dtype_overrides_the_checkpoints_model(numbers_workdir):  # noqa: F811
+@NUMBERS
+def test_matmul_dtype_overrides_the_checkpoints_model(numbers_workdir):
   """--matmul_dtype bfloat16 reaches the model that decodes, and nothing else changes."""
   workdir, _ = numbers_workdir
   f32, params, _ = translate.load(str(workdir), "latest")
@@ -66,7 +70,8 @@ def test_matmul_dtype_overrides_the_checkpoints_model(numbers_workdir):  # noqa:
   np.testing.assert_allclose(logits[1], logits[0], atol=0.1, rtol=0.05)
 
 
-def test_cli_reads_stdin_and_writes_stdout_line_for_line(numbers_workdir):  # noqa: F811
+@NUMBERS
+def test_cli_reads_stdin_and_writes_stdout_line_for_line(numbers_workdir):
   workdir, _ = numbers_workdir
   got = _cli("--workdir", str(workdir), "--input", "-", "--output", "-", "--beam_size", "1",
              "--checkpoint", "best", stdin="eins\n\nzweihundert\n".encode())

@@ -50,12 +50,15 @@ def test_packed_documents_do_not_attend_across_the_boundary():
   tokens = np.array([E, 11, 12, 13, 14, E, 21, 22, 23], np.int32)
   b = data_lib.RowMaker(tokens, np.array([0, 5]), np.ones(50, np.int32), 8, E)(
       np.array([[0, 0]]))
-  params = model.init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
-  packed = model.apply({"params": params}, b["input_ids"], positions=b["positions"],
-                       packed_segment_ids=b["segment_ids"])
-  alone = model.apply({"params": params}, jnp.asarray([[E, 21, 22]]))  # doc 2 by itself
+  # Jitted: one compile per shape instead of eager op-by-op dispatch of the model.
+  params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
+  packed = jax.jit(lambda p, ids, pos, seg: model.apply(
+      {"params": p}, ids, positions=pos, packed_segment_ids=seg))(
+          params, b["input_ids"], b["positions"], b["segment_ids"])
+  apply = jax.jit(lambda p, ids: model.apply({"params": p}, ids))
+  alone = apply(params, jnp.asarray([[E, 21, 22]]))  # doc 2 by itself
   np.testing.assert_allclose(np.asarray(packed[0, 5:8]), np.asarray(alone[0]), atol=1e-5)
-  first = model.apply({"params": params}, jnp.asarray([[E, 11, 12, 13, 14]]))
+  first = apply(params, jnp.asarray([[E, 11, 12, 13, 14]]))
   np.testing.assert_allclose(np.asarray(packed[0, :5]), np.asarray(first[0]), atol=1e-5)
 
 

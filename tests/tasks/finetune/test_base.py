@@ -74,7 +74,7 @@ def test_init_from_hf_puts_the_pretrained_encoder_under_bert(csv_files, tmp_path
   task = registry.get_task(c)
   task.prepare(str(tmp_path))
   batch = task.dummy_batch(8, 32)
-  params = task.init(jax.random.key(0), batch)["params"]
+  params = jax.jit(task.init)(jax.random.key(0), batch)["params"]  # one compile, not eager
   params = jax.tree_util.tree_map(lambda x: x.value if hasattr(x, "value") else x, params,
                                   is_leaf=lambda x: hasattr(x, "value"))
   loaded = task.load_pretrained_params(c.init_from, params)

@@ -1,8 +1,6 @@
-"""Tiny translation configs and one trained numbers workdir shared by the tests."""
+"""Tiny translation configs (the trained numbers_workdir fixture: tests/conftest.py)."""
 import importlib.util
 import pathlib
-
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -31,11 +29,3 @@ def translation_config(arg="numbers", **train):
   c.decode.eval_beam_size = 2
   return c
 
-
-@pytest.fixture(scope="session")
-def numbers_workdir(tmp_path_factory):
-  """A numbers workdir after 2 tiny training steps (with a BLEU-scored checkpoint)."""
-  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
-  workdir = tmp_path_factory.mktemp("numbers")
-  result = registry.run(translation_config(), str(workdir))
-  return workdir, result

@@ -18,13 +18,22 @@ def _gru():
   return model, params
 
 
+def _steps(model):
+  """The model's encode and decode_step, jitted: one compile each, not eager op-by-op."""
+  encode = jax.jit(lambda p, src: model.apply({"params": p}, src, method="encode"))
+  decode_step = jax.jit(lambda p, cache, tokens: model.apply({"params": p}, cache, tokens,
+                                                             method="decode_step"))
+  return encode, decode_step
+
+
 def _manual_greedy(model, params):
   """Argmax one token at a time with the model's own decode_step (no shared search)."""
-  cache = model.apply({"params": params}, SRC, method="encode")
+  encode, decode_step = _steps(model)
+  cache = encode(params, SRC)
   tokens, out, done = jnp.full((3,), BOS), [], np.zeros(3, bool)
   limit = np.asarray((SRC > 0).sum(1)) + 2                       # max_extra_length 2
   for t in range(MAX_LEN):
-    logits, cache = model.apply({"params": params}, cache, tokens, method="decode_step")
+    logits, cache = decode_step(params, cache, tokens)
     tokens = jnp.argmax(logits, -1).astype(jnp.int32)
     step = np.where(done | (t >= limit), 0, np.asarray(tokens))
     out.append(step)
@@ -47,18 +56,23 @@ def test_gru_beam_search_keeps_rows_apart_and_scores_at_least_greedy():
   alpha 0) than the greedy one."""
   model, params = _gru()
   kw = dict(alpha=0.0, max_len=MAX_LEN, max_extra_length=2)
-  batch = search.translate_ids(model, "gru", params, SRC, beam_size=3, **kw)
+  # Jitted: one compile per (rows, beam) instead of eager encode and loops on each call.
+  run = jax.jit(lambda p, src, beam: search.translate_ids(model, "gru", p, src,
+                                                          beam_size=beam, **kw),
+                static_argnums=2)
+  batch = run(params, SRC, 3)
   for b in range(3):
-    alone = search.translate_ids(model, "gru", params, SRC[b:b + 1], beam_size=3, **kw)
+    alone = run(params, SRC[b:b + 1], 3)
     np.testing.assert_array_equal(batch[b:b + 1], alone)
-  greedy = search.translate_ids(model, "gru", params, SRC, beam_size=1, **kw)
+  greedy = run(params, SRC, 1)
 
   def logprob(seqs):
-    cache = model.apply({"params": params}, SRC, method="encode")
+    encode, decode_step = _steps(model)
+    cache = encode(params, SRC)
     tokens, total = jnp.full((3,), BOS), np.zeros(3)
     alive = np.ones(3, bool)
     for t in range(MAX_LEN):
-      logits, cache = model.apply({"params": params}, cache, tokens, method="decode_step")
+      logits, cache = decode_step(params, cache, tokens)
       lp = np.asarray(jax.nn.log_softmax(logits))
       tok = np.asarray(seqs[:, t])
       alive &= tok > 0
