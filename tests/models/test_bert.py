@@ -15,10 +15,15 @@ TESTDATA = os.path.join(os.path.dirname(__file__), "..", "testdata")
 TINY = get_model_config("bert/tiny", vocab_size=64, max_len=32, deterministic=True)
 
 
+def _jit_apply(module, *args, **kwargs):
+  """module.apply, jitted: one compile instead of hundreds of op-by-op dispatches."""
+  return jax.jit(module.apply)(*args, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def tiny_bert():
   model = BertForPreTraining(TINY)
-  variables = model.init(jax.random.key(0), **dummy_inputs(2, 12, 3))
+  variables = jax.jit(model.init)(jax.random.key(0), **dummy_inputs(2, 12, 3))
   return model, variables
 
 
@@ -50,8 +55,8 @@ def test_masked_position_logits_equal_full_logits_gathered(tiny_bert):
   mask = jnp.array([[1] * 12, [1] * 7 + [0] * 5])
   seg = jnp.array([[0] * 6 + [1] * 6, [0] * 4 + [1] * 3 + [0] * 5])
   positions = jnp.array([[1, 4, 11], [0, 2, 6]])
-  part = model.apply(variables, ids, mask, seg, positions)
-  full = model.apply(variables, ids, mask, seg, None)
+  part = _jit_apply(model, variables, ids, mask, seg, positions)
+  full = _jit_apply(model, variables, ids, mask, seg, None)
   assert part["mlm_logits"].shape == (2, 3, 64) and full["mlm_logits"].shape == (2, 12, 64)
   gathered = np.take_along_axis(np.asarray(full["mlm_logits"]), np.asarray(positions)[..., None],
                                 axis=1)
@@ -65,8 +70,9 @@ def test_padding_does_not_change_real_token_outputs(tiny_bert):
   params = {"params": variables["params"]["bert"]}
   ids = jax.random.randint(jax.random.key(2), (1, 7), 5, 64)
   padded = jnp.pad(ids, ((0, 0), (0, 5)))
-  a = encoder.apply(params, ids)["sequence_output"]
-  b = encoder.apply(params, padded, (padded > 0).astype(jnp.int32) | (jnp.arange(12) < 7))
+  a = _jit_apply(encoder, params, ids)["sequence_output"]
+  b = _jit_apply(encoder, params, padded,
+                 (padded > 0).astype(jnp.int32) | (jnp.arange(12) < 7))
   np.testing.assert_allclose(a[0], b["sequence_output"][0, :7], atol=1e-5)
 
 
@@ -81,10 +87,10 @@ def test_packed_documents_are_independent(tiny_bert):
   row = jnp.concatenate([doc1, doc2, jnp.zeros((1, 3), jnp.int32)], axis=1)   # [1, 12]
   packed_ids = jnp.array([[1] * 5 + [2] * 4 + [0] * 3])
   positions = jnp.array([list(range(5)) + list(range(4)) + [0] * 3])
-  out = encoder.apply(params, row, (packed_ids > 0).astype(jnp.int32), positions=positions,
-                      packed_segment_ids=packed_ids)["sequence_output"]
-  alone1 = encoder.apply(params, doc1)["sequence_output"]
-  alone2 = encoder.apply(params, doc2)["sequence_output"]
+  out = _jit_apply(encoder, params, row, (packed_ids > 0).astype(jnp.int32),
+                   positions=positions, packed_segment_ids=packed_ids)["sequence_output"]
+  alone1 = _jit_apply(encoder, params, doc1)["sequence_output"]
+  alone2 = _jit_apply(encoder, params, doc2)["sequence_output"]
   np.testing.assert_allclose(out[0, :5], alone1[0], atol=1e-5)
   np.testing.assert_allclose(out[0, 5:9], alone2[0], atol=1e-5)
 
@@ -92,12 +98,12 @@ def test_packed_documents_are_independent(tiny_bert):
 def test_bfloat16_compute_keeps_float32_params_and_logits():
   cfg = TINY.replace(dtype="bfloat16")
   model = BertForPreTraining(cfg)
-  variables = model.init(jax.random.key(0), **dummy_inputs(2, 12, 3))
+  variables = jax.jit(model.init)(jax.random.key(0), **dummy_inputs(2, 12, 3))
   dtypes = {x.dtype for x in jax.tree_util.tree_leaves(nn.meta.unbox(variables["params"]))}
   assert dtypes == {jnp.dtype(jnp.float32)}
-  out = model.apply(variables, **dummy_inputs(2, 12, 3))
+  out = _jit_apply(model, variables, **dummy_inputs(2, 12, 3))
   assert out["mlm_logits"].dtype == jnp.float32
-  ref = BertForPreTraining(TINY).apply(variables, **dummy_inputs(2, 12, 3))
+  ref = _jit_apply(BertForPreTraining(TINY), variables, **dummy_inputs(2, 12, 3))
   # bf16 has ~3 significant digits: same answer, coarser.
   np.testing.assert_allclose(out["mlm_logits"], ref["mlm_logits"], atol=0.1)
 
@@ -106,8 +112,9 @@ def test_dropout_is_active_only_when_not_deterministic(tiny_bert):
   _, variables = tiny_bert
   train_model = BertForPreTraining(TINY.replace(deterministic=False))
   inputs = dummy_inputs(2, 12, 3)
-  a = train_model.apply(variables, **inputs, rngs={"dropout": jax.random.key(1)})
-  b = train_model.apply(variables, **inputs, rngs={"dropout": jax.random.key(2)})
+  apply = jax.jit(train_model.apply)  # one compile for both draws: the keys are arguments
+  a = apply(variables, **inputs, rngs={"dropout": jax.random.key(1)})
+  b = apply(variables, **inputs, rngs={"dropout": jax.random.key(2)})
   assert not np.allclose(a["mlm_logits"], b["mlm_logits"])
 
 
@@ -135,7 +142,7 @@ def test_dense_grad_2d_changes_no_output_and_no_gradient(tiny_bert):
     def loss(params):
       out = model.apply({"params": params}, ids, mask, seg, positions)
       return jnp.sum(out["mlm_logits"] ** 2) + jnp.sum(out["nsp_logits"] ** 2)
-    return jax.value_and_grad(loss)(variables["params"])
+    return jax.jit(jax.value_and_grad(loss))(variables["params"])
 
   (l2d, g2d), (lj, gj) = loss_and_grads(True), loss_and_grads(False)
   np.testing.assert_allclose(l2d, lj, rtol=1e-6)
