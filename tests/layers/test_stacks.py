@@ -52,18 +52,24 @@ def test_scan_equals_unrolled(remat):
   mask = A.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
   unrolled = Encoder(TINY.replace(remat_policy=remat))
   scanned = Encoder(TINY.replace(scan_layers=True, remat_policy=remat))
-  p = nn.meta.unbox(unrolled.init(jax.random.key(0), x, mask)["params"])
+  # Jitted init: one compile instead of op-by-op dispatch.
+  p = nn.meta.unbox(jax.jit(unrolled.init)(jax.random.key(0), x, mask)["params"])
   p_scan = unrolled_to_scan(p)
   assert p_scan["layers"]["attention"]["query"]["kernel"].shape == (3, 16, 4, 4)
-  y1, h1 = unrolled.apply({"params": p}, x, mask, output_hidden_states=True)
-  y2, h2 = scanned.apply({"params": p_scan}, x, mask, output_hidden_states=True)
+
+  def grads_and_outputs(mod, params):
+    """One compile per model for the forward outputs and the gradients of sum(y^2)."""
+    def loss(q):
+      y, h = mod.apply({"params": q}, x, mask, output_hidden_states=True)
+      return jnp.sum(y ** 2), (y, h)
+    return jax.jit(jax.grad(loss, has_aux=True))(params)
+
+  g1, (y1, h1) = grads_and_outputs(unrolled, p)
+  g2, (y2, h2) = grads_and_outputs(scanned, p_scan)
   np.testing.assert_allclose(y1, y2, atol=1e-5)
   np.testing.assert_allclose(h1, h2, atol=1e-5)
   assert h1.shape == (4, 2, 6, 16)
   # Gradients agree too (remat must not change the math).
-  loss = lambda mod, params: jnp.sum(mod.apply({"params": params}, x, mask)[0] ** 2)
-  g1 = jax.jit(jax.grad(lambda q: loss(unrolled, q)))(p)
-  g2 = jax.jit(jax.grad(lambda q: loss(scanned, q)))(p_scan)
   jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-4),
                          unrolled_to_scan(g1), g2)
   # And the conversion round-trips exactly.
@@ -189,9 +195,15 @@ def test_named_remat_policies_keep_the_gradients(monkeypatch):
   x = np.random.default_rng(2).normal(size=(2, 6, 16)).astype(np.float32)
   mask = A.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
 
+  def encoder(policy):
+    return Encoder(TINY.replace(scan_layers=True, remat_policy=policy, dense_grad_2d=False))
+
+  # The remat policy and q/k/v's layout change no parameter: every policy's gradients are
+  # taken at the same params (one jitted init instead of one op-by-op init per policy).
+  p = nn.meta.unbox(jax.jit(encoder("none").init)(jax.random.key(0), x, mask)["params"])
+
   def grads(policy):
-    enc = Encoder(TINY.replace(scan_layers=True, remat_policy=policy, dense_grad_2d=False))
-    p = nn.meta.unbox(enc.init(jax.random.key(0), x, mask)["params"])
+    enc = encoder(policy)
     loss = lambda q: jnp.sum(enc.apply({"params": q}, x, mask)[0] ** 2)
     return jax.jit(jax.value_and_grad(loss))(p)
 
