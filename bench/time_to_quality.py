@@ -211,7 +211,7 @@ def run(args) -> None:
     mine |= {"tuned", "tuning"}
     save()
   if "runs" in stages:
-    results["runs"] = runs = {}
+    results["runs"] = {}
     mine.add("runs")
     wanted = args.runs.split(",")
     if set(wanted) - set(LABELS):
@@ -226,7 +226,9 @@ def run(args) -> None:
       if name == "hf_tuned":  # last: a tune stage may still be running beside this one
         recipe = wait_for_tuned(path, results)
         spec = hf_spec(data, recipe, args.budget, args.every, args)
-      runs[name] = run_worker(kind, name, spec, args)
+      # Into results["runs"] itself, not a name bound before: save() rebinds it to the
+      # merged dict from disk, and a run stored in the old one was lost at the next save.
+      results["runs"][name] = run_worker(kind, name, spec, args)
       save()
     save()
   if "base" in stages and args.base_steps:

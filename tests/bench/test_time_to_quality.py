@@ -108,3 +108,34 @@ def test_goals_and_table():
   assert got[1].endswith("3.20x (goal >= 3x): met") and got[2].endswith("MISSED")
   rows = ttq_report.table(runs, "hf_tuned")
   assert rows[2].startswith("| tuned | 10 | 120 | 1,000 | 0.1000 | 0.1000 | 0.1000 |")
+
+
+def test_the_runs_stage_keeps_every_run_and_draws_the_table(tmp_path, monkeypatch):
+  """Each run is saved as it ends and the report sees all four (the first idle run of the
+  bench lost three: a save rebound results["runs"] while the loop wrote into the old dict)."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  import time_to_quality as ttq  # pylint: disable=g-import-not-at-top
+
+  accuracy = {"hf_defaults": 0.04, "ours_bert": 0.09, "ours_demo": 0.25, "hf_tuned": 0.06}
+
+  def worker(kind, name, spec, args):
+    del kind, spec, args
+    return {"summary": {"steps": 10, "seconds": 60.0, "steady_tokens_per_s": 1000.0},
+            "curve": [{"seconds": 0.0, "accuracy": 0.0},
+                      {"seconds": 60.0, "accuracy": accuracy[name]}]}
+
+  monkeypatch.setattr(ttq, "prepare_data", lambda args: {})
+  monkeypatch.setattr(ttq, "hf_spec", lambda *a, **k: {})
+  monkeypatch.setattr(ttq, "ours_spec", lambda *a, **k: {})
+  monkeypatch.setattr(ttq, "tune", lambda data, args: (
+      {"learning_rate": 5e-4, "lr_scheduler_type": "linear"}, []))
+  monkeypatch.setattr(ttq, "run_worker", worker)
+  args = argparse.Namespace(out=str(tmp_path), stages="tune,runs,base", runs=",".join(ttq.LABELS),
+                            budget=60.0, every=30.0, base_steps=0, threads=2, note="",
+                            picture=str(tmp_path / "ttq.png"), data_dir=str(tmp_path))
+  ttq.run(args)
+  with open(tmp_path / "results.json", encoding="utf-8") as f:
+    results = json.load(f)
+  assert {k: v["curve"][-1]["accuracy"] for k, v in results["runs"].items()} == accuracy
+  assert len(results["table"]) == 2 + 4 and (tmp_path / "ttq.png").exists()
