@@ -34,14 +34,13 @@ install: $(STAMP)
 
 install-test: $(TEST_STAMP)
 
-# The full suite (CI runs exactly this). loadgroup: tests marked with one xdist_group (they
-# share an expensive session fixture) run on one worker; the others are spread as by load.
+# The full suite (CI runs exactly this).
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -rs -n 2 --dist loadgroup --durations=15 tests
+	$(BIN)/python -m pytest -q -rs -n 2 --durations=15 tests
 
 # Without the slow end-to-end cases.
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow" tests
+	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
 
 # Pretrain bert_tiny on the embedded corpus (CPU, a few minutes; configs/bert_tiny.py:demo),
 # then show what it learned: held-out MLM accuracy next to two count baselines on the same

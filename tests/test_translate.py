@@ -12,9 +12,6 @@ from bert_jax import translate
 from bert_jax.models.seq2seq import Transformer
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-# The tests that use the numbers_workdir fixture (a tiny training run, ~35 s at load,
-# made once per xdist worker) run on one worker under `pytest --dist loadgroup`.
-NUMBERS = pytest.mark.xdist_group("numbers_workdir")
 
 
 def _cli(*args, stdin=b""):
@@ -38,7 +35,6 @@ def test_a_checkpoint_of_another_task_is_refused(tmp_path):
     translate.checkpoint_dir(str(tmp_path), "best")
 
 
-@NUMBERS
 def test_bad_lines_are_counted_and_keep_their_place(numbers_workdir, tmp_path):
   workdir, _ = numbers_workdir
   task, params, step_dir = translate.load(str(workdir), "latest")
@@ -54,7 +50,6 @@ def test_bad_lines_are_counted_and_keep_their_place(numbers_workdir, tmp_path):
   assert log.notes["truncated"] == 1 and log.notes["non_utf8_replaced"] == 1
 
 
-@NUMBERS
 def test_matmul_dtype_overrides_the_checkpoints_model(numbers_workdir):
   """--matmul_dtype bfloat16 reaches the model that decodes, and nothing else changes."""
   workdir, _ = numbers_workdir
@@ -70,7 +65,6 @@ def test_matmul_dtype_overrides_the_checkpoints_model(numbers_workdir):
   np.testing.assert_allclose(logits[1], logits[0], atol=0.1, rtol=0.05)
 
 
-@NUMBERS
 def test_cli_reads_stdin_and_writes_stdout_line_for_line(numbers_workdir):
   workdir, _ = numbers_workdir
   got = _cli("--workdir", str(workdir), "--input", "-", "--output", "-", "--beam_size", "1",

@@ -72,7 +72,6 @@ def corpus(tmp_path_factory):
   return ",".join(files)
 
 
-# Its tests carry one xdist_group, so `make test` (--dist loadgroup) builds it once.
 @pytest.fixture(scope="module")
 def prepared(corpus, make_config, tmp_path_factory):
   """{path name: (config, PreparedData)} of the three preparations."""
@@ -106,7 +105,6 @@ def unordered(by_split):
   return {split: sorted(recs) for split, recs in by_split.items()}
 
 
-@pytest.mark.xdist_group("beam_prepared")
 def test_each_stage_gives_the_same_bytes_in_process_and_on_beam(prepared):
   ref_cfg, ref = prepared["in_process"]
   ref_docs, ref_instances = records(ref.documents_dir), records(ref.instances_dir)
@@ -133,7 +131,6 @@ def test_each_stage_gives_the_same_bytes_in_process_and_on_beam(prepared):
   assert len(infos[0]["train"].shard_lengths) > 1  # one file per few shards, by the workers
 
 
-@pytest.mark.xdist_group("beam_prepared")
 def test_bad_input_is_counted_and_skipped(prepared):
   cfg, got = prepared["two_workers"]
   c = got.stats["corpus"]
@@ -148,7 +145,6 @@ def test_bad_input_is_counted_and_skipped(prepared):
   assert not any("x" * 20001 in t for t in texts)
 
 
-@pytest.mark.xdist_group("beam_prepared")
 def test_every_document_is_used_and_the_statistics_hold(prepared):
   cfg, got = prepared["in_memory"]
   c, inst = got.stats["corpus"], got.stats["instances"]
@@ -178,7 +174,6 @@ def test_every_document_is_used_and_the_statistics_hold(prepared):
   assert abs(as_mask / chosen - 0.8) < 0.02 and abs(kept / chosen - 0.1) < 0.015
 
 
-@pytest.mark.xdist_group("beam_prepared")
 def test_preparing_in_process_reuses_what_beam_built(prepared):
   """Training prepares on demand in process: it must find the Beam build done."""
   cfg, got = prepared["in_memory"]

@@ -51,7 +51,6 @@ def data_dir(tmp_path_factory):
   return str(tmp_path_factory.mktemp("data"))
 
 
-# Its tests carry one xdist_group, so `make test` (--dist loadgroup) builds it once.
 @pytest.fixture(scope="module")
 def uninterrupted(data_dir, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("uninterrupted"))
@@ -60,7 +59,6 @@ def uninterrupted(data_dir, tmp_path_factory):
   return workdir, result
 
 
-@pytest.mark.xdist_group("loop_uninterrupted")
 def test_runs_logs_and_checkpoints(uninterrupted):
   workdir, result = uninterrupted
   assert result["step"] == 6 and not result["preempted"]
@@ -87,7 +85,6 @@ def _flags(config, workdir):
   return flags
 
 
-@pytest.mark.xdist_group("loop_uninterrupted")
 @pytest.mark.slow
 def test_sigterm_saves_and_resume_matches_uninterrupted(uninterrupted, data_dir, tmp_path,
                                                         capsys):
@@ -144,7 +141,6 @@ def test_a_first_ctrl_c_asks_for_a_save_a_second_interrupts(capsys):
     assert preempt.requested and preempt.name == "SIGTERM"
 
 
-@pytest.mark.xdist_group("loop_uninterrupted")
 @pytest.mark.slow
 def test_three_random_sigkills_each_rerun_resumes_and_the_run_ends_exactly(
     uninterrupted, data_dir, tmp_path):
@@ -184,7 +180,6 @@ def test_three_random_sigkills_each_rerun_resumes_and_the_run_ends_exactly(
   assert steps[-1] == 6 and not problems, (steps, problems, kills)
 
 
-@pytest.mark.xdist_group("loop_uninterrupted")
 def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_rerun_finishes_exactly(
     uninterrupted, data_dir, tmp_path, caplog):
   """Killed after step 6's metrics but before its save, checkpoint 4 half-written: the
@@ -231,7 +226,6 @@ def _fill_when_saved(disk, step_dir, stop):
       pass
 
 
-@pytest.mark.xdist_group("loop_uninterrupted")
 def test_a_full_disk_stops_the_save_in_one_line_and_the_rerun_resumes(
     uninterrupted, data_dir, tmp_path, monkeypatch):
   """The disk fills up once checkpoint 2 is saved (a 64 MiB tmpfs the test mounts; where
@@ -305,7 +299,6 @@ main.entry()
 """
 
 
-@pytest.mark.xdist_group("loop_uninterrupted")
 def test_a_full_disk_at_the_metrics_append_ends_in_one_line_and_the_rerun_resumes(
     uninterrupted, data_dir, tmp_path, capsys):
   """Not the checkpoint save but the metrics.jsonl append finds the disk full: the CLI
@@ -464,7 +457,6 @@ def test_nonfinite_loss_stops_naming_the_step_and_keeps_checkpoints(data_dir, tm
   assert steps and 6 not in steps  # what was saved before stays; the run did not finish
 
 
-@pytest.mark.xdist_group("loop_uninterrupted")
 @pytest.mark.slow
 def test_resume_on_another_device_count_skips_a_partial_save(uninterrupted, data_dir, tmp_path):
   """A run saved on 8 devices, mesh (2, 2, 2), resumes in a fresh process on 2 devices;

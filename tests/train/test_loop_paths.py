@@ -105,7 +105,6 @@ def data_dir(tmp_path_factory):
   return str(tmp_path_factory.mktemp("data"))
 
 
-# Its tests carry one xdist_group, so `make test` (--dist loadgroup) builds it once.
 @pytest.fixture(scope="module")
 def evaluated(data_dir, tmp_path_factory):
   """6 steps, eval and a checkpoint every 2, keep 1 + the best eval mlm_loss (async saves).
@@ -123,7 +122,6 @@ def evaluated(data_dir, tmp_path_factory):
   return config, workdir, result
 
 
-@pytest.mark.xdist_group("loop_paths_evaluated")
 def test_periodic_eval_and_train_metrics(evaluated):
   config, workdir, result = evaluated
   evals = _eval_rows(workdir)
@@ -175,7 +173,6 @@ def test_periodic_eval_and_train_metrics(evaluated):
       "MFU peak: 1.0 GFLOP/s per device, config train.peak_flops_per_device")
 
 
-@pytest.mark.xdist_group("loop_paths_evaluated")
 def test_keeps_the_latest_and_the_best_checkpoint(evaluated):
   _, workdir, _ = evaluated
   losses = {s: r["eval/mlm_loss"] for s, r in _eval_rows(workdir).items()}
@@ -273,7 +270,6 @@ def test_mlm_packed_trains_without_nsp(data_dir, tmp_path):
   assert set(evals[4]) - {"step", "time"} == {"eval/mlm_loss", "eval/mlm_accuracy"}
 
 
-@pytest.mark.xdist_group("loop_paths_evaluated")
 def test_fine_tunes_from_our_pretraining_checkpoint(evaluated, tmp_path):
   """Pretrain -> fine-tune: init_from one of our workdirs gives its encoder and tokenizer."""
   from bert_jax.train.defaults import finetune_config  # pylint: disable=g-import-not-at-top
@@ -324,7 +320,6 @@ def test_a_log_window_across_a_phase_switch_counts_each_step_at_its_length(data_
     assert row["perf/mfu"] == pytest.approx(flops / row["perf/step_time_s"] / (8 * PEAK))
 
 
-@pytest.mark.xdist_group("loop_paths_evaluated")
 def test_resuming_another_models_workdir_names_what_differs(evaluated, tmp_path):
   """A workdir rerun with another model size: one line naming the field (it was 40 lines
   of the optimizer state's missing arrays, printed twice), nothing in the workdir lost."""
@@ -355,7 +350,6 @@ def test_resuming_another_models_workdir_names_what_differs(evaluated, tmp_path)
   assert ckpt_lib.run_differences(saved, saved) == []
 
 
-@pytest.mark.xdist_group("loop_paths_evaluated")
 def test_rerunning_a_finished_run_says_there_is_nothing_to_train(evaluated, tmp_path, capsys):
   """A finished workdir rerun (or with num_steps below its step) printed 'steps 6->6' and
   exited 0 saying nothing; it trains nothing and keeps every checkpoint."""

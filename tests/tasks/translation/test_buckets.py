@@ -73,8 +73,6 @@ def _eval(task, params):
   return rows, {(b["src_ids"].shape[1], b["tgt_ids"].shape[1]) for b in batches}
 
 
-# With the other numbers_workdir tests on one worker under --dist loadgroup (test_task.py).
-@pytest.mark.xdist_group("numbers_workdir")
 def test_bucketed_eval_and_translate_equal_the_padded_path(tasks, tmp_path):
   bucketed, padded, params = tasks
   assert bucketed.source_buckets.tolist() == [4, 8, 12, 16] and not padded.bucketed

@@ -7,12 +7,7 @@ import pytest
 from bert_jax.tasks import registry
 from tests.tasks.translation.conftest import translation_config
 
-# The tests that use the numbers_workdir fixture (a tiny training run, ~35 s at load,
-# made once per xdist worker) run on one worker under `pytest --dist loadgroup`.
-NUMBERS = pytest.mark.xdist_group("numbers_workdir")
 
-
-@NUMBERS
 def test_numbers_run_scores_bleu_and_keeps_the_best_checkpoint(numbers_workdir):
   workdir, result = numbers_workdir
   assert result["step"] == 2
@@ -28,7 +23,6 @@ def test_numbers_run_scores_bleu_and_keeps_the_best_checkpoint(numbers_workdir):
   assert (workdir / "checkpoints" / "2").is_dir()
 
 
-@NUMBERS
 def test_host_metrics_score_decoded_text_against_raw_references(numbers_workdir):
   workdir, _ = numbers_workdir
   task = registry.get_task(translation_config())
