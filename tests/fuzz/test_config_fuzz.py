@@ -51,12 +51,27 @@ def parse(*overrides):
 
 
 def expected_mesh(shape, n):
-  """The (data, fsdp, tensor) shape the mesh should resolve to, or None if invalid."""
+  """The (data, fsdp, tensor) shape the mesh should resolve to, or None if invalid.
+
+  A shape with one -1 that cannot exist on n devices is fitted (parallel.fit_mesh_shape's
+  documented rule): each fixed axis, left to right, shrinks to its largest divisor that
+  the devices left still divide, and the -1 takes the rest."""
   if len(shape) != 3 or shape.count(-1) > 1 or any(s <= 0 and s != -1 for s in shape):
     return None
   known = math.prod(s for s in shape if s != -1)
   resolved = [n // known if s == -1 else s for s in shape]
-  return tuple(resolved) if math.prod(resolved) == n else None
+  if math.prod(resolved) == n:
+    return tuple(resolved)
+  if -1 not in shape:
+    return None
+  fitted, rest = [], n
+  for s in shape:
+    if s != -1:
+      fitted.append(max(d for d in range(1, s + 1) if s % d == 0 and rest % d == 0))
+      rest //= fitted[-1]
+    else:
+      fitted.append(-1)
+  return tuple(rest if s == -1 else s for s in fitted)
 
 
 @FUZZ
@@ -70,6 +85,8 @@ def expected_mesh(shape, n):
 @example(batch=32, mesh=[-1, 1, 1], optimizer="adagrad")  # unknown optimizer
 @example(batch=32, mesh=[0, -1, 1], optimizer="adamw")  # was a ZeroDivisionError
 @example(batch=16, mesh=[2, -1, 2], optimizer="lamb")  # valid: (2, 2, 2), 4-way data parallel
+@example(batch=0, mesh=[3, -1, 1], optimizer="adamw")  # fitted to (1, 8, 1); then batch 0
+@example(batch=16, mesh=[1, 3, -1], optimizer="sgd")  # fitted to (1, 1, 8): 1-way data
 def test_overrides(tmp_path, batch, mesh, optimizer):
   config = parse(f"--config.train.batch_size={batch}",
                  f"--config.mesh_shape=({','.join(map(str, mesh))}{',' if len(mesh) == 1 else ''})",
