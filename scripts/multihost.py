@@ -102,29 +102,33 @@ def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 9
   return runs
 
 
-def metrics(workdir: str) -> tuple[dict[int, float], dict[str, float]]:
-  """({step: train/loss}, {eval/...: value of the last eval}) from metrics.jsonl."""
+def metrics(workdir: str) -> tuple[dict[int, float], dict[int, dict[str, float]]]:
+  """({step: train/loss}, {step: {eval/...: value}}) from metrics.jsonl; a resumed run's
+  row for a step replaces the earlier one."""
   losses, evals = {}, {}
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     for row in map(json.loads, f):
       if "train/loss" in row:
         losses[row["step"]] = row["train/loss"]
-      evals.update({k: v for k, v in row.items()
-                    if k.startswith("eval/") and isinstance(v, (int, float))})
+      scores = {k: v for k, v in row.items()
+                if k.startswith("eval/") and isinstance(v, (int, float))}
+      if scores:
+        evals[row["step"]] = scores
   return losses, evals
 
 
 def compare(ref: str, other: str) -> tuple[float, float, int]:
-  """(max relative difference of the per-step losses, of the eval metrics, steps compared)
-  between two workdirs; ValueError if their steps or eval keys differ."""
+  """(max relative difference of the per-step losses, of every evaluation's metrics, steps
+  compared) between two workdirs; ValueError if their steps or evaluations differ."""
   (l1, e1), (l2, e2) = metrics(ref), metrics(other)
   if sorted(l1) != sorted(l2) or not l1:
     raise ValueError(f"steps differ: {sorted(l1)} vs {sorted(l2)}")
-  if sorted(e1) != sorted(e2):
-    raise ValueError(f"eval metrics differ: {sorted(e1)} vs {sorted(e2)}")
+  keys = lambda evals: {(s, k) for s, scores in evals.items() for k in scores}
+  if keys(e1) != keys(e2):
+    raise ValueError(f"evaluations differ: {sorted(keys(e1))} vs {sorted(keys(e2))}")
   rel = lambda a, b: abs(a - b) / max(abs(a), 1e-12)
-  return (max(rel(l1[s], l2[s]) for s in l1), max([rel(e1[k], e2[k]) for k in e1] or [0.0]),
-          len(l1))
+  return (max(rel(l1[s], l2[s]) for s in l1),
+          max([rel(e1[s][k], e2[s][k]) for s, k in keys(e1)] or [0.0]), len(l1))
 
 
 def main(argv=None) -> int:

@@ -15,6 +15,13 @@ import tempfile
 _XLA_FLAGS = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 if "--xla_backend_optimization_level" not in _XLA_FLAGS:  # a level the caller set wins
   _XLA_FLAGS += " --xla_backend_optimization_level=0"
+# XLA:CPU's classic (LLVM IR) fusion emitters instead of its MLIR-based ones: the same
+# fusions (the HLO is unchanged), emitted without the MLIR pipeline that is most of a tiny
+# program's compile. Measured with jaxlib 0.10.2 at -O0: 400 eager ops 20.3 -> 10.3-13.1
+# CPU-s, tests/test_decoding.py 115.4 -> 60.5 CPU-s; results differ in the last float32
+# bits at most, as with -O0 above.
+if "--xla_cpu_use_fusion_emitters" not in _XLA_FLAGS:
+  _XLA_FLAGS += " --xla_cpu_use_fusion_emitters=false"
 os.environ["XLA_FLAGS"] = _XLA_FLAGS.strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

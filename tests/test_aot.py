@@ -34,6 +34,20 @@ ROOT = os.path.join(os.path.dirname(__file__), "..")
 CASES = [("v5e:2x2", (2, 1, 2)), ("v4:2x2x1", (1, 4, 1))]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _xla_flags_libtpu_knows():
+  """libtpu parses XLA_FLAGS at its first compile and aborts the process on a flag its
+  XLA does not define: conftest's XLA:CPU-only `--xla_cpu_use_fusion_emitters` is one.
+  The CPU backend read its flags when it started (jax.devices() below), so dropping the
+  flag from the environment now changes nothing for it; restored after the module."""
+  jax.devices()
+  before = os.environ.get("XLA_FLAGS", "")
+  os.environ["XLA_FLAGS"] = " ".join(f for f in before.split()
+                                     if not f.startswith("--xla_cpu_"))
+  yield
+  os.environ["XLA_FLAGS"] = before
+
+
 @pytest.fixture(autouse=True)
 def _pod_matmul_precision():
   """Compile what a pod runs: conftest asks for 'highest' f32 matmuls (for the CPU

@@ -18,7 +18,6 @@ both exit 0, the damaged step makes both restore the same older step, and every 
 loss and every eval's metrics equal the reference's (to 1e-5 relative: the issue's
 equivalence bound; measured <= 1.6e-7 in scripts/multihost.py).
 """
-import json
 import os
 import re
 import signal
@@ -32,6 +31,7 @@ import pytest
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax.tasks import registry
 from bert_jax.train import loop
+from scripts import multihost
 from tests import procs
 from tests.train.test_loop import ROOT, _flags, _losses, e2e_config
 
@@ -106,15 +106,6 @@ def _saved_step(outs) -> int:
   return int(said["0"])
 
 
-def _evals(workdir) -> dict:
-  """{step: {metric: value}} of the eval rows in metrics.jsonl (a rerun's row replaces an
-  earlier one of its step)."""
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    rows = [json.loads(l) for l in f]
-  return {r["step"]: {k: v for k, v in r.items() if k.startswith("eval/")}
-          for r in rows if any(k.startswith("eval/") for k in r)}
-
-
 @pytest.mark.multiprocess
 def test_two_processes_train_what_one_trains_and_stop_and_restore_at_one_step(
     data_dir, tmp_path):
@@ -162,7 +153,7 @@ def test_two_processes_train_what_one_trains_and_stop_and_restore_at_one_step(
   for step in want:
     assert got[step] == pytest.approx(want[step], rel=1e-5), (step, got, want)
   # Evals every 2 steps: those of the (1, 1, 8) run (steps 2, 4) and the later ones.
-  want, got = _evals(ref), _evals(workdir)
+  (_, want), (_, got) = multihost.metrics(ref), multihost.metrics(workdir)
   assert sorted(got) == sorted(want) == list(range(2, STEPS + 1, 2)) and want[2]
   for step in want:
     assert got[step] == pytest.approx(want[step], rel=1e-5), (step, got[step], want[step])
