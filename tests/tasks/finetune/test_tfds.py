@@ -7,10 +7,15 @@ its own random length), which exercises the skip paths; a second mock per builde
 yields coherent records through `as_dataset_fn` and runs reader -> featurizer ->
 post-processing -> metric.
 """
+import importlib.util
+
 import numpy as np
 import pytest
 
-tf = pytest.importorskip("tensorflow")
+# TensorFlow is imported by the tests that use it, not at collection: every xdist worker
+# collects this module, and importing TensorFlow there cost each of them 6.4 s.
+if importlib.util.find_spec("tensorflow") is None:
+  pytest.skip("needs tensorflow (the tf extra)", allow_module_level=True)
 tfds = pytest.importorskip("tensorflow_datasets")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -29,6 +34,8 @@ from bert_jax.tasks.finetune.squad.postprocess import postprocess_squad
 
 def records_mock(records):
   """mock_data(as_dataset_fn=...) serving `records` with the builder's own features."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   def as_dataset(self, split, **kwargs):
     del split, kwargs
     spec = self.info.features.get_tensor_spec()
