@@ -155,15 +155,16 @@ def test_sharded_step_equals_single_device_and_stays_sparse():
 
 
 def test_short_training_run_beats_random_vectors(tmp_path):
-  """The README's word2vec command, a short run that still learns: 2 epochs with a larger
-  step, a window of 3 (a third fewer pairs), decaying by words (at alpha 0.1 gensim's
+  """The README's word2vec command with the overrides of a short run that still learns:
+  2 epochs with a larger step, a window of 3 (a third fewer pairs), decaying by words (at alpha 0.1 gensim's
   decay by sentences trains the enwiki articles (first) at rates near 0.1, and
   WordSim-353 falls to 0.08). Measured: WordSim-353 0.25, SimLex-999 0.17 (5 epochs of the
   defaults: bench/RESULTS.md "word2vec").
 
-  A child process with XLA's default LLVM -O3 and fusion emitters: this test runs its
-  program ~2.9M pairs, not compiles it, and the suite's compile-fast flags (conftest) ran
-  it 13x slower (3 s of training at -O3; the whole test 40-73 s in process, ~15 s so)."""
+  A child process at XLA's default flags (LLVM -O3, MLIR fusion emitters): this test's
+  time goes into executing its program over ~2.9M pairs, not into compiling it, and the
+  suite's compile-fast flags (tests/conftest.py) ran that 13x slower (training 3 s at -O3;
+  the whole test 40-73 s in the pytest process, ~17 s as a child)."""
   workdir = tmp_path / "w2v"
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              XLA_FLAGS="--xla_force_host_platform_device_count=8")
@@ -176,7 +177,8 @@ def test_short_training_run_beats_random_vectors(tmp_path):
       capture_output=True, text=True, timeout=600, check=False, env=env,
       cwd=str(CONFIG.parents[1]))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  rows = [json.loads(l) for l in open(workdir / "metrics.jsonl")]
+  with open(workdir / "metrics.jsonl", encoding="utf-8") as f:
+    rows = [json.loads(l) for l in f]
   metrics = {k.split("/", 1)[1]: v for r in rows for k, v in r.items() if "/" in k}
   loaded = load_word2vec_format(str(workdir / "vectors.bin"))
   assert len(loaded.words) == 9733 and loaded.vectors.shape == (9733, 100)
