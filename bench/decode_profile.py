@@ -105,6 +105,21 @@ def _hlo_ops(hlo: str) -> dict[str, tuple[str, bool, bool]]:
   return ops
 
 
+def with_hlo_dump(prefix: str) -> None:
+  """Re-executes this script with XLA dumping every program's optimized HLO as text into
+  a new directory (os.environ["XLA_DUMP"] in the new process), unless that is done: the
+  dump is what tags each thunk with its jax op (_hlo_ops). No compilation cache, so every
+  program is compiled (and dumped) here."""
+  if "XLA_DUMP" in os.environ:
+    return
+  dump = tempfile.mkdtemp(prefix=prefix)
+  env = dict(os.environ, XLA_DUMP=dump, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} "
+                        "--xla_dump_hlo_as_text --xla_dump_hlo_pass_re=^$").strip())
+  env.pop("JAX_COMPILATION_CACHE_DIR", None)
+  os.execve(sys.executable, [sys.executable] + sys.argv, env)
+
+
 def profile(case: str, steps: int, top: int = 10, matmul_dtype: str | None = None) -> dict:
   import jax
   fn = _case(case, steps, matmul_dtype)
@@ -153,13 +168,7 @@ def main() -> None:
   p.add_argument("--top", type=int, default=10)
   p.add_argument("--matmul_dtype", default=None, help="e.g. bfloat16 (TransformerConfig)")
   args = p.parse_args()
-  if "XLA_DUMP" not in os.environ:  # re-exec with an HLO dump to tag the dots
-    dump = tempfile.mkdtemp(prefix="decode_hlo_")
-    env = dict(os.environ, XLA_DUMP=dump, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} "
-                          "--xla_dump_hlo_as_text --xla_dump_hlo_pass_re=^$").strip())
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
+  with_hlo_dump("decode_hlo_")
   r = profile(args.case, args.steps, args.top, args.matmul_dtype)
   s = r["steps"]
   ms = lambda t: f"{1e3 * t / s:.2f}"

@@ -58,6 +58,14 @@ def category(src: str, is_dot: bool) -> str:
   return "other"
 
 
+def print_buckets(per_cat: collections.Counter) -> None:
+  """The buckets' ms a step and shares, largest first, as a markdown table (both sides)."""
+  total = sum(per_cat.values())
+  print("| bucket | ms a step | share |\n| --- | --- | --- |")
+  for cat, ms in per_cat.most_common():
+    print(f"| {cat} | {ms:.1f} | {100 * ms / total:.1f}% |")
+
+
 def build(args, tmp: str):
   """(step function of no arguments, examples a step) for the packed task."""
   import jax
@@ -101,15 +109,9 @@ def main() -> None:
   p.add_argument("--top", type=int, default=25)
   p.add_argument("--variant", choices=sorted(VARIANTS), default="default")
   args = p.parse_args()
-  if "XLA_DUMP" not in os.environ:  # re-exec with an HLO dump to tag the dots
-    dump = tempfile.mkdtemp(prefix="finetune_hlo_")
-    env = dict(os.environ, XLA_DUMP=dump, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump} "
-                          "--xla_dump_hlo_as_text --xla_dump_hlo_pass_re=^$").strip())
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    os.execve(sys.executable, [sys.executable] + sys.argv, env)
-  import jax
   import decode_profile
+  decode_profile.with_hlo_dump("finetune_hlo_")
+  import jax
   print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
   with tempfile.TemporaryDirectory() as tmp:
     step, examples = build(args, tmp)
@@ -136,13 +138,10 @@ def main() -> None:
     src, is_dot, _ = ops[e["name"]]
     per_cat[category(src, is_dot)] += e["dur"] / 1e3 / args.steps
     per_src[(src, is_dot)] += e["dur"] / 1e3 / args.steps
-  total = sum(per_cat.values())
   print(f"packed {args.length}, variant {args.variant}: {examples:.1f} examples a step; "
         f"{1e3 * wall:.1f} ms a step untraced ({examples / wall:.1f} examples/s); op time "
-        f"{total:.1f} ms a step (summed over XLA's threads)")
-  print("| category | ms a step | share of op time |\n| --- | --- | --- |")
-  for cat, ms in per_cat.most_common():
-    print(f"| {cat} | {ms:.1f} | {100 * ms / total:.1f}% |")
+        f"{sum(per_cat.values()):.1f} ms a step (summed over XLA's threads)")
+  print_buckets(per_cat)
   print("| op (all layers) | matmul | ms a step |\n| --- | --- | --- |")
   for (src, is_dot), ms in per_src.most_common(args.top):
     print(f"| `{src[-90:]}` | {'yes' if is_dot else ''} | {ms:.1f} |")

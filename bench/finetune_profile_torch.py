@@ -17,7 +17,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
+import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import finetune_profile  # noqa: E402  (bench/: stdlib only at import, so this venv has it)
 
 
 def category(name: str) -> str:
@@ -48,7 +53,6 @@ def main() -> None:
   p.add_argument("--steps", type=int, default=3)
   p.add_argument("--top", type=int, default=20)
   a = p.parse_args()
-  import os  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   torch.set_num_threads(a.threads)
@@ -86,13 +90,11 @@ def main() -> None:
     ms = e.self_cpu_time_total / 1e3 / a.steps
     per_cat[category(e.key)] += ms
     per_op[e.key] += ms
-  total = sum(per_cat.values())
   print(f"torch {torch.__version__}, transformers {transformers.__version__}, "
         f"{a.threads} threads: [{a.batch}, {a.length}] {1e3 * wall:.1f} ms a step untraced "
-        f"({a.batch / wall:.1f} examples/s); self CPU time {total:.1f} ms a step")
-  print("| category | ms a step | share |\n| --- | --- | --- |")
-  for cat, ms in per_cat.most_common():
-    print(f"| {cat} | {ms:.1f} | {100 * ms / total:.1f}% |")
+        f"({a.batch / wall:.1f} examples/s); self CPU time {sum(per_cat.values()):.1f} ms "
+        "a step")
+  finetune_profile.print_buckets(per_cat)
   print("| aten op | ms a step |\n| --- | --- |")
   for op, ms in per_op.most_common(a.top):
     print(f"| `{op}` | {ms:.1f} |")
