@@ -29,7 +29,7 @@ SPEC: `vocab`, `train_text`, `masked` (the scorer's fixed set), `curve`, `check`
 our ids for them), `model` sizes, `recipe` (TrainingArguments overrides; `fit_steps`:
 max_steps = the measured steps/s x budget, so a schedule ends with the budget),
 `budget_s`, `every_s`, `max_steps` (0: none), `threads`; the fit's rate is measured over
-PROBE_STEPS steps after 3 warm-up steps, in a throw-away Trainer (off the clock).
+PROBE_STEPS steps after PROBE_WARMUP warm-up steps, in a throw-away Trainer (off the clock).
 Training stops at `budget_s` of training wall clock (the Trainer's clock from
 on_train_begin, with the scoring paused out of it) or at the end of its schedule; every
 `every_s` (and at step 0 and at the stop) the model is scored on the fixed set.
@@ -49,7 +49,8 @@ import ttq_scorer  # noqa: E402  pylint: disable=wrong-import-position
 PROG = "ttq_hf_worker"
 SEQ = 128
 PREDICT_BATCH = 64
-PROBE_STEPS = 24  # timed steps of the fit_steps probe (~25 s at bert_tiny dims, off the clock)
+PROBE_WARMUP = 3  # untimed first steps of the fit_steps probe
+PROBE_STEPS = 24  # its timed steps (~25 s at bert_tiny dims, off the clock)
 
 
 def group_texts(ids: list, seq: int) -> list:
@@ -115,11 +116,11 @@ def main():
     return transformers.BertForMaskedLM(cfg).float()
 
   if fit:  # run_mlm's user who sets max_steps to what fits the budget: a measured rate
-    # 3 warm-up steps, then PROBE_STEPS timed: the idle run of 2026-11-27 fitted from 4
-    # timed steps, which ran slower than the steady state, so the tuned schedule ended at
-    # 250 of its 360 s (its decay finished early; the rest of the budget went unused).
-    rate = make_step_rate(transformers, warm=3)
-    trainer_for(fresh_model(), [rate], max_steps=3 + PROBE_STEPS).train()
+    # PROBE_WARMUP untimed steps, then PROBE_STEPS timed: the idle run of 2026-11-27
+    # fitted from 4 timed steps, which ran slower than the steady state, so the tuned
+    # schedule ended at 250 of its 360 s (its decay finished early; the rest went unused).
+    rate = make_step_rate(transformers, warm=PROBE_WARMUP)
+    trainer_for(fresh_model(), [rate], max_steps=PROBE_WARMUP + PROBE_STEPS).train()
     recipe["max_steps"] = max(1, int(rate.per_s() * float(spec["budget_s"])))
 
   model = fresh_model()

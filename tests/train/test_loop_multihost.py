@@ -33,7 +33,7 @@ from bert_jax.tasks import registry
 from bert_jax.train import loop
 from scripts import multihost
 from tests import procs
-from tests.train.test_loop import ROOT, _flags, _losses, e2e_config
+from tests.train.test_loop import ROOT, _flags, e2e_config
 
 STEPS = 14
 HEADS = 8  # a tensor axis of 8 splits them
@@ -148,12 +148,12 @@ def test_two_processes_train_what_one_trains_and_stop_and_restore_at_one_step(
   assert f"resumed from {ckdir}/{first} at step {first}" in outs[0], outs[0][-3000:]
   assert len(list(ckdir.glob(f"{second}.corrupt-*"))) == 1
   assert ckpt_lib.Checkpointer(str(ckdir)).all_steps() == [first, STEPS]
-  want, got = _losses(ref), _losses(workdir)
+  (want, want_evals), (got, got_evals) = multihost.metrics(ref), multihost.metrics(workdir)
   assert sorted(got) == sorted(want) == list(range(1, STEPS + 1))
   for step in want:
     assert got[step] == pytest.approx(want[step], rel=1e-5), (step, got, want)
   # Evals every 2 steps: those of the (1, 1, 8) run (steps 2, 4) and the later ones.
-  (_, want), (_, got) = multihost.metrics(ref), multihost.metrics(workdir)
+  want, got = want_evals, got_evals
   assert sorted(got) == sorted(want) == list(range(2, STEPS + 1, 2)) and want[2]
   for step in want:
     assert got[step] == pytest.approx(want[step], rel=1e-5), (step, got[step], want[step])
