@@ -34,13 +34,18 @@ install: $(STAMP)
 
 install-test: $(TEST_STAMP)
 
-# The full suite (CI runs exactly this).
+# The full suite (CI runs exactly this). --dist worksteal: each worker starts on one
+# contiguous half of the files and an idle one takes tests from the other's tail, so a
+# module's tests mostly stay on one worker and its module-scoped fixtures (a trained
+# workdir, a prepared dataset) are built once, not once per worker as `--dist load`'s
+# round-robin chunks made them: 1,456 -> 1,285 test-seconds, pytest 763 -> 691 s (idle).
+PYTEST_N = -n 2 --dist worksteal
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -rs -n 2 --durations=15 tests
+	$(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 tests
 
 # Without the slow end-to-end cases.
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -n 2 -m "not slow" tests
+	$(BIN)/python -m pytest -q $(PYTEST_N) -m "not slow" tests
 
 # Pretrain bert_tiny on the embedded corpus (CPU, a few minutes; configs/bert_tiny.py:demo),
 # then show what it learned: held-out MLM accuracy next to two count baselines on the same
