@@ -102,6 +102,46 @@ def build(args, tmp: str):
   return step, rows * per_row
 
 
+def profile(step, steps: int):
+  """(seconds a step untraced, ms a step by bucket, ms a step by (op, is_dot)) of `step`
+  (a function of no arguments running one jitted train step): 3 untimed calls, `steps`
+  timed, `steps` more traced; the process must have been started under
+  decode_profile.with_hlo_dump (the HLO names each thunk's jax op)."""
+  import decode_profile
+  import jax
+  for _ in range(3):
+    jax.block_until_ready(step())
+  t0 = time.perf_counter()
+  for _ in range(steps):
+    jax.block_until_ready(step())
+  wall = (time.perf_counter() - t0) / steps
+  ops = {}
+  for f in glob.glob(os.path.join(os.environ["XLA_DUMP"], "*wrapped*after_optimizations.txt")):
+    with open(f, encoding="utf-8") as fh:
+      ops.update(decode_profile._hlo_ops(fh.read()))  # pylint: disable=protected-access
+  with tempfile.TemporaryDirectory() as trace_dir:
+    jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
+    for _ in range(steps):
+      jax.block_until_ready(step())
+    jax.profiler.stop_trace()
+    path = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)[0]
+    events = [e for e in json.load(gzip.open(path))["traceEvents"]
+              if e.get("ph") == "X" and e["name"] in ops]
+  per_cat, per_src = collections.Counter(), collections.Counter()
+  for e in events:
+    src, is_dot, _ = ops[e["name"]]
+    per_cat[category(src, is_dot)] += e["dur"] / 1e3 / steps
+    per_src[(src, is_dot)] += e["dur"] / 1e3 / steps
+  return wall, per_cat, per_src
+
+
+def print_ops(per_src: collections.Counter, top: int) -> None:
+  """The `top` costliest jax ops (all layers together), as a markdown table."""
+  print("| op (all layers) | matmul | ms a step |\n| --- | --- | --- |")
+  for (src, is_dot), ms in per_src.most_common(top):
+    print(f"| `{src[-90:]}` | {'yes' if is_dot else ''} | {ms:.1f} |")
+
+
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--length", type=int, default=128)
@@ -111,40 +151,15 @@ def main() -> None:
   args = p.parse_args()
   import decode_profile
   decode_profile.with_hlo_dump("finetune_hlo_")
-  import jax
   print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
   with tempfile.TemporaryDirectory() as tmp:
     step, examples = build(args, tmp)
-    for _ in range(3):
-      jax.block_until_ready(step())
-    t0 = time.perf_counter()
-    for _ in range(args.steps):
-      jax.block_until_ready(step())
-    wall = (time.perf_counter() - t0) / args.steps
-    ops = {}
-    for f in glob.glob(os.path.join(os.environ["XLA_DUMP"], "*wrapped*after_optimizations.txt")):
-      with open(f, encoding="utf-8") as fh:
-        ops.update(decode_profile._hlo_ops(fh.read()))  # pylint: disable=protected-access
-    trace_dir = os.path.join(tmp, "trace")
-    jax.profiler.start_trace(trace_dir, create_perfetto_trace=True)
-    for _ in range(args.steps):
-      jax.block_until_ready(step())
-    jax.profiler.stop_trace()
-    path = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)[0]
-    events = [e for e in json.load(gzip.open(path))["traceEvents"]
-              if e.get("ph") == "X" and e["name"] in ops]
-  per_cat, per_src = collections.Counter(), collections.Counter()
-  for e in events:
-    src, is_dot, _ = ops[e["name"]]
-    per_cat[category(src, is_dot)] += e["dur"] / 1e3 / args.steps
-    per_src[(src, is_dot)] += e["dur"] / 1e3 / args.steps
+    wall, per_cat, per_src = profile(step, args.steps)
   print(f"packed {args.length}, variant {args.variant}: {examples:.1f} examples a step; "
         f"{1e3 * wall:.1f} ms a step untraced ({examples / wall:.1f} examples/s); op time "
         f"{sum(per_cat.values()):.1f} ms a step (summed over XLA's threads)")
   print_buckets(per_cat)
-  print("| op (all layers) | matmul | ms a step |\n| --- | --- | --- |")
-  for (src, is_dot), ms in per_src.most_common(args.top):
-    print(f"| `{src[-90:]}` | {'yes' if is_dot else ''} | {ms:.1f} |")
+  print_ops(per_src, args.top)
   print(f"load after: {os.getloadavg()[0]:.2f}")
 
 

@@ -1,0 +1,84 @@
+"""Our pretraining train step op by op (issue 41's "what limits it"): where a step of
+bench/time_to_quality.py's BERT-base window goes on this CPU.
+
+  .venv/bin/python bench/pretrain_profile.py [--config configs/bert_tiny.py:bert]
+      [--sizes base|config] [--batch 8] [--steps 3] [--top 25] [--data_dir ~/bert_jax_data]
+
+Builds what time_to_quality's `base` stage trains on our side (bench/ttq_ours_worker.py's
+config loading): the config, at BERT-base's sizes by default (768 x 12 layers, 12 heads,
+MLP 3072: time_to_quality.BASE_DIMS) with --batch rows, its task prepared in --data_dir
+(cached), the state and jitted steps through train/loop.py's own helpers, on one device;
+then times and traces it as bench/finetune_profile.py does (XLA:CPU's per-thunk events
+summed by the jax op they come from; the same buckets). Thunks that run concurrently are
+each counted whole, so the buckets can sum to more than the step.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def build(args):
+  """(step function of no arguments, real tokens a step) of the configured pretraining."""
+  import jax
+  import ttq_ours_worker
+  from time_to_quality import BASE_DIMS
+  from bert_jax import parallel
+  from bert_jax.tasks import registry
+  from bert_jax.train import loop, optim
+  sizes = {f"model.{k}": v for k, v in BASE_DIMS.items()} if args.sizes == "base" else {}
+  c = ttq_ours_worker.load_config(args.config, {
+      "data.data_dir": os.path.expanduser(args.data_dir), "train.batch_size": args.batch,
+      **sizes})
+  task = registry.get_task(c)
+  task.prepare(os.path.expanduser(args.data_dir))
+  total, _, _ = loop._step_counts(c.train, task)  # pylint: disable=protected-access
+  tx, schedule = optim.make_optimizer(c.train, total)
+  mesh = parallel.create_mesh((1, 1, 1), jax.devices()[:1])
+  dummy = task.dummy_batch(c.train.batch_size, **task.phase_shapes({}))
+  with jax.set_mesh(mesh):
+    state, state_sh, _ = loop.create_sharded_state(task, tx, mesh, dummy, c.seed)
+  p_train, _ = loop.jit_steps(task, tx, schedule, c.train, state_sh, mesh)
+  it = task.train_iterator({}, c.train.batch_size, 0, 1, c.seed)
+  batches = [jax.device_put(next(it)) for _ in range(3)]
+  tokens = sum(int(b["input_mask"].sum()) for b in batches) / len(batches)
+  holder = {"state": state, "i": 0}
+
+  def step():
+    with jax.set_mesh(mesh):
+      holder["state"], m = p_train(holder["state"], batches[holder["i"] % len(batches)])
+    holder["i"] += 1
+    return m
+  return step, tokens
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--config", default="configs/bert_tiny.py:bert")
+  p.add_argument("--sizes", choices=("base", "config"), default="base",
+                 help="BERT-base's sizes (time_to_quality's base window) or the config's own")
+  p.add_argument("--batch", type=int, default=8)
+  p.add_argument("--steps", type=int, default=3)
+  p.add_argument("--top", type=int, default=25)
+  p.add_argument("--data_dir", default="~/bert_jax_data")
+  args = p.parse_args()
+  import decode_profile
+  import finetune_profile
+  decode_profile.with_hlo_dump("pretrain_hlo_")
+  print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
+  step, tokens = build(args)
+  wall, per_cat, per_src = finetune_profile.profile(step, args.steps)
+  print(f"{args.config} at {args.sizes} sizes, batch {args.batch}: {tokens:.0f} real tokens a "
+        f"step; {1e3 * wall:.0f} ms a step untraced ({tokens / wall:.1f} tokens/s); op time "
+        f"{sum(per_cat.values()):.0f} ms a step (summed over XLA's threads)")
+  finetune_profile.print_buckets(per_cat)
+  finetune_profile.print_ops(per_src, args.top)
+  print(f"load after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+  main()
