@@ -2,6 +2,7 @@
 import importlib.resources
 import os
 import shutil
+import sys
 import tempfile
 
 # LLVM at -O0 for the CPU programs (XLA's default is 3): the tests' programs are tiny, so
@@ -35,6 +36,15 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="bert_jax_test_xla_")
   os.environ["BERT_JAX_TEST_OWNS_XLA_CACHE"] = os.environ["JAX_COMPILATION_CACHE_DIR"]
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+# Bytecode caching for the session, even where the environment turns it off
+# (PYTHONDONTWRITEBYTECODE=1 on this project's machines): with it off, each xdist worker
+# and each Python process the tests start (`bert_jax.main`, scripts/, the launchers)
+# compiles every module of the package and of tests/ from source again.
+# Measured with a fresh clone: collecting the suite 12.7-14.9 -> 9.7-10.1 s per worker,
+# importing the training path 2.0-2.2 -> 1.7 s per child. The __pycache__ directories it
+# writes are git-ignored; an unwritable checkout is skipped by Python silently.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 import jax  # noqa: E402  (must follow the XLA_FLAGS line)
 
