@@ -38,7 +38,7 @@ install-test: $(TEST_STAMP)
 # contiguous half of the files and an idle one takes tests from the other's tail, so a
 # module's tests mostly stay on one worker and its module-scoped fixtures (a trained
 # workdir, a prepared dataset) are built once, not once per worker as `--dist load`'s
-# round-robin chunks made them: 1,456 -> 1,285 test-seconds, pytest 763 -> 691 s (idle).
+# round-robin chunks made them (bench/RESULTS.md, "The suite, 2026-11-28").
 PYTEST_N = -n 2 --dist worksteal
 test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 tests
