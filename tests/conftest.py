@@ -66,22 +66,6 @@ def tokenizer():
   return tok
 
 
-def pytest_collection_modifyitems(config, items):
-  """Modules whose every test is `multiprocess` run first (today: the 2-process
-  test_loop_multihost, the suite's longest test at 65-112 s). `make test`'s worksteal
-  scheduler gives each worker one contiguous half of the collection and lets an idle one
-  take tests from the other's tail; a long test near the end of the collection (tests/train
-  sorts late) could leave one worker idle for most of its length. Whole modules move, so
-  their module-scoped fixtures are still built once."""
-  by_module = {}
-  for item in items:
-    by_module.setdefault(item.nodeid.split("::")[0], []).append(item)
-  first = {m for m, its in by_module.items()
-           if all(i.get_closest_marker("multiprocess") for i in its)}
-  items[:] = ([i for i in items if i.nodeid.split("::")[0] in first]
-              + [i for i in items if i.nodeid.split("::")[0] not in first])
-
-
 def pytest_unconfigure(config):
   """The controller (not an xdist worker) removes the session's compilation cache."""
   owned = os.environ.get("BERT_JAX_TEST_OWNS_XLA_CACHE")
