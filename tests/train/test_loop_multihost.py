@@ -123,7 +123,8 @@ def test_two_processes_train_what_one_trains_and_stop_and_restore_at_one_step(
   assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
   assert "2 processes, 1 row shards (each block on 2 hosts" in outs[0], outs[0][-3000:]
   first = _saved_step(outs)
-  assert 4 <= first <= 6 and ckpt_lib.Checkpointer(str(ckdir)).all_steps() == [first]
+  # (At most 8 rather than 6: the signal can leave late, as below.)
+  assert 4 <= first <= 8 and ckpt_lib.Checkpointer(str(ckdir)).all_steps() == [first]
   assert [f for f in os.listdir(ckdir / str(first) / "data") if f.endswith(".json")] == [
       "shard_0-of-1.json"]
   assert took < 120, took  # two steps and a save (on a loaded 2-core machine)
@@ -135,7 +136,12 @@ def test_two_processes_train_what_one_trains_and_stop_and_restore_at_one_step(
   assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
   assert f"at step {first}" in outs[0], outs[0][-3000:]
   second = _saved_step(outs)
-  assert first + 3 <= second <= first + 4, (first, second)  # process 0's signal decides
+  # Process 0's signal decides: it arrives at step first + 2 or later, so both stop after
+  # first + 3 at the earliest. No tighter upper bound than "before the end": this test's
+  # reader thread sends the signal when it reads process 0's `step first+2` line from a
+  # pipe, which on a loaded machine can be a few 0.3 s steps late (seen: first 5, second
+  # 10); the agreement itself is _saved_step's equality.
+  assert first + 3 <= second < STEPS, (first, second)
   assert took < 120, took
 
   # Process 1 cannot read the newest checkpoint (its own data-iterator state is damaged,
