@@ -66,14 +66,38 @@ def print_buckets(per_cat: collections.Counter) -> None:
     print(f"| {cat} | {ms:.1f} | {100 * ms / total:.1f}% |")
 
 
+def loop_step(task, c, num_batches: int):
+  """(step function of no arguments, its batches) for a prepared task and its config:
+  the optimizer over the config's steps, the state and the jitted train step through
+  train/loop.py's own helpers on one device, cycling over `num_batches` batches of the
+  task's train iterator (also bench/pretrain_profile.py's)."""
+  import jax
+  from bert_jax import parallel
+  from bert_jax.train import loop, optim
+  total, _, _ = loop._step_counts(c.train, task)  # pylint: disable=protected-access
+  tx, schedule = optim.make_optimizer(c.train, total)
+  mesh = parallel.create_mesh((1, 1, 1), jax.devices()[:1])
+  dummy = task.dummy_batch(c.train.batch_size, **task.phase_shapes({}))
+  with jax.set_mesh(mesh):
+    state, state_sh, _ = loop.create_sharded_state(task, tx, mesh, dummy, c.seed)
+  p_train, _ = loop.jit_steps(task, tx, schedule, c.train, state_sh, mesh)
+  it = task.train_iterator({}, c.train.batch_size, 0, 1, c.seed)
+  batches = [jax.device_put(next(it)) for _ in range(num_batches)]
+  holder = {"state": state, "i": 0}
+
+  def step():
+    with jax.set_mesh(mesh):
+      holder["state"], m = p_train(holder["state"], batches[holder["i"] % len(batches)])
+    holder["i"] += 1
+    return m
+  return step, batches
+
+
 def build(args, tmp: str):
   """(step function of no arguments, examples a step) for the packed task."""
-  import jax
   import finetune_vs_trainer as fvt
   import source_sentences
-  from bert_jax import parallel
   from bert_jax.tasks import registry
-  from bert_jax.train import loop, optim
   data = source_sentences.build()
   fvt_args = argparse.Namespace(data_overrides=source_sentences.write_csv(data, tmp),
                                 batch=32, epochs=1.0)
@@ -83,22 +107,7 @@ def build(args, tmp: str):
   c = fvt.configured(overrides)
   task = registry.get_task(c)
   task.prepare(os.path.join(tmp, "work"))
-  total, _, _ = loop._step_counts(c.train, task)  # pylint: disable=protected-access
-  tx, schedule = optim.make_optimizer(c.train, total)
-  mesh = parallel.create_mesh((1, 1, 1), jax.devices()[:1])
-  dummy = task.dummy_batch(c.train.batch_size, **task.phase_shapes({}))
-  with mesh:
-    state, state_sh, _ = loop.create_sharded_state(task, tx, mesh, dummy, c.seed)
-  p_train, _ = loop.jit_steps(task, tx, schedule, c.train, state_sh, mesh)
-  it = task.train_iterator({}, c.train.batch_size, 0, 1, c.seed)
-  batches = [jax.device_put(next(it)) for _ in range(4)]
-  holder = {"state": state, "i": 0}
-
-  def step():
-    with mesh:
-      holder["state"], m = p_train(holder["state"], batches[holder["i"] % len(batches)])
-    holder["i"] += 1
-    return m
+  step, _ = loop_step(task, c, num_batches=4)
   return step, rows * per_row
 
 

@@ -24,35 +24,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def build(args):
   """(step function of no arguments, real tokens a step) of the configured pretraining."""
-  import jax
+  import finetune_profile
   import ttq_ours_worker
   from time_to_quality import BASE_DIMS
-  from bert_jax import parallel
   from bert_jax.tasks import registry
-  from bert_jax.train import loop, optim
   sizes = {f"model.{k}": v for k, v in BASE_DIMS.items()} if args.sizes == "base" else {}
   c = ttq_ours_worker.load_config(args.config, {
       "data.data_dir": os.path.expanduser(args.data_dir), "train.batch_size": args.batch,
       **sizes})
   task = registry.get_task(c)
   task.prepare(os.path.expanduser(args.data_dir))
-  total, _, _ = loop._step_counts(c.train, task)  # pylint: disable=protected-access
-  tx, schedule = optim.make_optimizer(c.train, total)
-  mesh = parallel.create_mesh((1, 1, 1), jax.devices()[:1])
-  dummy = task.dummy_batch(c.train.batch_size, **task.phase_shapes({}))
-  with jax.set_mesh(mesh):
-    state, state_sh, _ = loop.create_sharded_state(task, tx, mesh, dummy, c.seed)
-  p_train, _ = loop.jit_steps(task, tx, schedule, c.train, state_sh, mesh)
-  it = task.train_iterator({}, c.train.batch_size, 0, 1, c.seed)
-  batches = [jax.device_put(next(it)) for _ in range(3)]
+  step, batches = finetune_profile.loop_step(task, c, num_batches=3)
   tokens = sum(int(b["input_mask"].sum()) for b in batches) / len(batches)
-  holder = {"state": state, "i": 0}
-
-  def step():
-    with jax.set_mesh(mesh):
-      holder["state"], m = p_train(holder["state"], batches[holder["i"] % len(batches)])
-    holder["i"] += 1
-    return m
   return step, tokens
 
 
