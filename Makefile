@@ -40,12 +40,15 @@ install-test: $(TEST_STAMP)
 # workdir, a prepared dataset) are built once, not once per worker as `--dist load`'s
 # round-robin chunks made them (bench/RESULTS.md, "The suite, 2026-11-28").
 PYTEST_N = -n 2 --dist worksteal
+# glibc's huge pages for XLA's big host buffers (bert_jax/host_malloc.py; the CLIs set it
+# themselves, the test workers train in process); a GLIBC_TUNABLES of your own is kept.
+HUGE_PAGES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}"
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 tests
+	$(HUGE_PAGES) $(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 tests
 
 # Without the slow end-to-end cases.
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_N) -m "not slow" tests
+	$(HUGE_PAGES) $(BIN)/python -m pytest -q $(PYTEST_N) -m "not slow" tests
 
 # Pretrain bert_tiny on the embedded corpus (CPU, a few minutes; configs/bert_tiny.py:demo),
 # then show what it learned: held-out MLM accuracy next to two count baselines on the same

@@ -133,7 +133,9 @@ def exit_status(result) -> int:
 
 
 def entry():
-  """The `bert-jax-train` console script."""
+  """The `bert-jax-train` console script (and `python -m bert_jax.main`)."""
+  from bert_jax import host_malloc  # pylint: disable=g-import-not-at-top
+  host_malloc.reexec_with_huge_pages()  # before jax starts: its big buffers in huge pages
   from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main, flags_parser=parse_flags)

@@ -1,0 +1,79 @@
+"""bert_jax/host_malloc.py: the CLIs restart once with glibc's huge-page tunable, keep a
+user's own GLIBC_TUNABLES, never restart what is not a command line, and the restarted
+process really gets transparent huge pages for a large allocation."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bert_jax import host_malloc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_the_tunable_is_added_appended_or_left_as_the_user_set_it(monkeypatch):
+  assert host_malloc.env_with_huge_pages({"A": "1"}) == {
+      "A": "1", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+  assert host_malloc.env_with_huge_pages({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})[
+      "GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+  for own in ("glibc.malloc.hugetlb=0", "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=2"):
+    assert host_malloc.env_with_huge_pages({"GLIBC_TUNABLES": own}) is None
+  monkeypatch.setattr(sys, "platform", "darwin")
+  assert host_malloc.env_with_huge_pages({}) is None
+
+
+_CHILD = textwrap.dedent("""
+    import os, sys
+    print("started", os.getpid(), os.environ.get("GLIBC_TUNABLES"), flush=True)
+    from bert_jax import host_malloc
+    host_malloc.reexec_with_huge_pages()
+    import ctypes
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    p = libc.malloc(64 << 20)  # 64 MiB through glibc (as XLA's buffers; numpy madvises its own)
+    ctypes.memset(p, 1, 64 << 20)
+    with open("/proc/self/smaps_rollup") as f:
+      huge = [int(l.split()[1]) for l in f if l.startswith("AnonHugePages")][0]
+    print("ran", os.getpid(), os.environ.get("GLIBC_TUNABLES"), huge, flush=True)
+""")
+
+
+def _run(args, **env):
+  child_env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+  child_env.update(env)
+  out = subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env, check=True,
+                       capture_output=True, text=True, timeout=60).stdout
+  return [line.split() for line in out.splitlines()]
+
+
+def _thp_mode():
+  try:
+    with open("/sys/kernel/mm/transparent_hugepage/enabled", encoding="ascii") as f:
+      return f.read().split("[")[1].split("]")[0]
+  except (OSError, IndexError):
+    return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables: Linux")
+def test_a_script_restarts_once_in_the_same_process_with_huge_pages(tmp_path):
+  script = tmp_path / "child.py"
+  script.write_text(_CHILD)
+  lines = _run([str(script)])
+  # Two starts, one PID (exec, not a child): signals and launchers see one process.
+  assert [l[0] for l in lines] == ["started", "started", "ran"]
+  assert lines[0][2] == "None" and lines[1][2] == lines[2][2] == "glibc.malloc.hugetlb=1"
+  assert lines[0][1] == lines[1][1] == lines[2][1]
+  # A user's own setting is kept, and then nothing restarts.
+  off = _run([str(script)], GLIBC_TUNABLES="glibc.malloc.hugetlb=0")
+  assert [l[0] for l in off] == ["started", "ran"]
+  assert off[1][2] == "glibc.malloc.hugetlb=0"
+  if _thp_mode() == "madvise":  # Debian's default: huge pages only where glibc asks
+    assert int(lines[2][3]) >= 32 << 10, lines  # kB of the 64 MiB in huge pages
+    assert int(off[1][3]) == 0, off
+
+
+def test_python_c_is_not_a_command_line_to_restart():
+  lines = _run(["-c", _CHILD])
+  assert [l[0] for l in lines] == ["started", "ran"] and lines[1][2] == "None"
