@@ -18,7 +18,9 @@ at the end of the config's schedule (or `max_steps`); every `every_s` of trainin
 (and at step 0 and at the stop) the params are scored on the fixed masked set with the
 clock paused. The training clock starts before the first step, so it holds the steps'
 compile (what a user waits for) and the data loader; state creation and data preparation
-(cached) are off it.
+(cached) are off it. The worker restarts itself once with GLIBC_TUNABLES=glibc.malloc.
+hugetlb=1, as the training CLI does (bert_jax/host_malloc.py); a driver started with its
+own GLIBC_TUNABLES (e.g. glibc.malloc.hugetlb=0) keeps that.
 
 Answers one JSON line: steps, training seconds, real (non-padding) tokens, tokens/s over
 the whole clock and over the steps after the first two (compile excluded), why it stopped.
@@ -35,6 +37,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
 import ttq_scorer  # noqa: E402  pylint: disable=wrong-import-position
+from bert_jax import host_malloc  # noqa: E402  pylint: disable=wrong-import-position
+
+# As `python -m bert_jax.main` runs: restarted once with glibc's huge pages for XLA's
+# big host buffers (bert_jax/host_malloc.py), unless the driver's environment says otherwise.
+host_malloc.reexec_with_huge_pages()
 
 PROG = "ttq_ours_worker"
 PREDICT_BATCH = 64
