@@ -40,8 +40,8 @@ install-test: $(TEST_STAMP)
 # workdir, a prepared dataset) are built once, not once per worker as `--dist load`'s
 # round-robin chunks made them (bench/RESULTS.md, "The suite, 2026-11-28").
 PYTEST_N = -n 2 --dist worksteal
-# glibc's huge pages for XLA's big host buffers (bert_jax/host_malloc.py; the CLIs set it
-# themselves, the test workers train in process); a GLIBC_TUNABLES of your own is kept.
+# glibc's huge pages for XLA's big host buffers (bert_jax/host_malloc.py; the training CLI
+# sets it itself, the test workers train in process); a GLIBC_TUNABLES of your own is kept.
 HUGE_PAGES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}"
 test: $(TEST_STAMP)
 	$(HUGE_PAGES) $(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 tests

@@ -18,10 +18,12 @@ it: the training CLI (`python -m bert_jax.main`, `bert-jax-train`: every task's
 training and predict runs) calls `reexec_with_huge_pages()` first, which execs the same
 command line again with the variable added. It does nothing when GLIBC_TUNABLES
 already names glibc.malloc.hugetlb (a user's own choice, `=0` included, is kept), when
-the command is not a script or module file (`python -c`, an interactive session), or off Linux. The API and the
-inference CLIs (embed, fill-mask, generate, translate: no optimizer state, smaller
-buffers) never restart; their users get the same by exporting the variable before
-Python starts (README, "Speed on CPU"), as `make test` does for the suite.
+the command is not a script or module file (`python -c`, an interactive session), when
+this process is already the restarted one (an environment that drops GLIBC_TUNABLES
+cannot make it loop), or off Linux. The API and the inference CLIs (embed, fill-mask,
+generate, translate: no optimizer state, smaller buffers) never restart; their users get
+the same by exporting the variable before Python starts (docs/getting-started.md, "Speed
+on CPU"), as `make test` does for the suite.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import sys
 
 TUNABLE = "glibc.malloc.hugetlb"
 SETTING = f"{TUNABLE}=1"
+RESTARTED = "BERT_JAX_HUGE_PAGES_RESTARTED"  # set in the restarted process's environment
 
 
 def env_with_huge_pages(environ=None) -> dict | None:
@@ -58,8 +61,9 @@ def reexec_with_huge_pages() -> None:
   launchers see one process); returns only when nothing needs to change. Call it first
   thing in a CLI, before threads start."""
   env = env_with_huge_pages()
-  if env is None or not restartable():
+  if env is None or not restartable() or os.environ.get(RESTARTED):
     return
+  env[RESTARTED] = "1"
   sys.stdout.flush()
   sys.stderr.flush()
   os.execve(sys.executable, sys.orig_argv, env)

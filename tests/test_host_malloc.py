@@ -41,7 +41,8 @@ _CHILD = textwrap.dedent("""
 
 
 def _run(args, **env):
-  child_env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+  child_env = {k: v for k, v in os.environ.items()
+               if k not in ("GLIBC_TUNABLES", host_malloc.RESTARTED)}
   child_env.update(env)
   out = subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env, check=True,
                        capture_output=True, text=True, timeout=60).stdout
@@ -72,6 +73,15 @@ def test_a_script_restarts_once_in_the_same_process_with_huge_pages(tmp_path):
   if _thp_mode() == "madvise":  # Debian's default: huge pages only where glibc asks
     assert int(lines[2][3]) >= 32 << 10, lines  # kB of the 64 MiB in huge pages
     assert int(off[1][3]) == 0, off
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc tunables: Linux")
+def test_a_restarted_process_never_restarts_again(tmp_path):
+  """An environment that drops GLIBC_TUNABLES on exec would otherwise exec forever."""
+  script = tmp_path / "child.py"
+  script.write_text(_CHILD)
+  lines = _run([str(script)], BERT_JAX_HUGE_PAGES_RESTARTED="1")
+  assert [l[0] for l in lines] == ["started", "ran"] and lines[1][2] == "None"
 
 
 def test_python_c_is_not_a_command_line_to_restart():
