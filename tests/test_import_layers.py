@@ -19,7 +19,7 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 LAYERS = (
     ("paths", "jsonl", "progress", "parallel", "chips", "platforms", "host_malloc",
-     "compile_cache", "multihost", "flag_help"),                  # no model; multihost: agreement between hosts
+     "compile_cache", "multihost", "flag_help"),  # no model; multihost: agreement between hosts
     ("layers",),
     ("models",),
     ("data", "checkpoint", "checkpoint_read", "data_checkpoint", "decoding"),

@@ -91,19 +91,28 @@ def train_step(state: TrainState, batch, *, task, tx: optax.GradientTransformati
         body, (jnp.zeros((), jnp.float32), zero_sums, zeros_g),
         (jnp.arange(accum_steps), micro))
 
-  grad_norm = optax.global_norm(grads)
-  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-
-  def update():
-    updates, new_opt_state = tx.update(grads, state.opt_state, state.params)
-    return optax.apply_updates(state.params, updates), new_opt_state
-
-  new_params, new_opt_state = guarded_update(finite, update, (state.params, state.opt_state))
+  new_params, new_opt_state, grad_norm, finite = optimizer_update(
+      tx, grads, loss, state.params, state.opt_state)
   new_state = state.replace(step=state.step + 1, params=new_params, opt_state=new_opt_state)
   metrics = {"loss": loss, "grad_norm": grad_norm, "learning_rate": schedule(state.step),
              "finite": finite.astype(jnp.float32)}
   metrics.update(task.metric_ratios(sums))
   return new_state, metrics
+
+
+def optimizer_update(tx: optax.GradientTransformation, grads, loss, params, opt_state):
+  """(new params, new optimizer state, gradient global norm, finite): the optimizer's
+  update of `params` by `grads` under the non-finite guard (a non-finite loss or
+  gradient norm leaves both as they were). Also bench/optimizer_update.py's subject."""
+  grad_norm = optax.global_norm(grads)
+  finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+
+  def update():
+    updates, new_opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), new_opt_state
+
+  new_params, new_opt_state = guarded_update(finite, update, (params, opt_state))
+  return new_params, new_opt_state, grad_norm, finite
 
 
 def guarded_update(finite, update: Callable, old):
