@@ -120,30 +120,49 @@ def resolve_platform(config: ml_collections.ConfigDict, platform: str,
 
   A run resuming from `workdir` keeps the scan_layers its checkpoints were saved with (a
   run started on TPU and resumed on CPU still scans), since the two layouts' params and
-  optimizer state have different shapes.
+  optimizer state have different shapes. With the automatic vocab_multiple (0) it keeps
+  the saved vocabulary padding too, whenever the new mesh's tensor axis still splits those
+  rows: `128 x tensor` would otherwise give a run saved at tensor 8 (1,024 rows for a
+  small vocabulary) 512 rows when resumed at tensor 4, a checkpoint it could not restore.
   """
   if "model" not in config or "variant" not in config.model:
     return
-  if config.model.get("scan_layers", False) is None and workdir:
-    saved = _checkpoint_scan_layers(workdir)
-    if saved is not None:
-      config.model.scan_layers = saved
+  saved = _checkpoint_model_config(workdir) if workdir else None
+  if saved is not None:
+    if config.model.get("scan_layers", False) is None and "scan_layers" in saved:
+      config.model.scan_layers = bool(saved["scan_layers"])
+    if config.model.get("vocab_multiple", None) == 0:
+      config.model.vocab_multiple = _saved_vocab_multiple(config, saved) or 0
   cfg = for_platform(transformer_config(config, platform), platform)
   for name in PER_PLATFORM_FIELDS:
     if name in config.model and config.model[name] is None:
       config.model[name] = getattr(cfg, name)
 
 
-def _checkpoint_scan_layers(workdir: str) -> bool | None:
-  """scan_layers of the newest checkpoint in `workdir`, None when there is none."""
+def _checkpoint_model_config(workdir: str) -> dict | None:
+  """The model_config of the newest checkpoint in `workdir` whose meta reads (an older one
+  when the newest is damaged: restore falls back the same way), None when there is none."""
   from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
   directory, steps = checkpoint.checkpoint_steps(workdir)
-  if not steps:
+  for step in reversed(steps):
+    try:
+      return dict(checkpoint.read_meta(directory / str(step))["model_config"])
+    except (OSError, KeyError, TypeError, ValueError):  # restore reports a bad checkpoint
+      continue
+  return None
+
+
+def _saved_vocab_multiple(config: ml_collections.ConfigDict, saved: dict) -> int | None:
+  """The checkpoint's vocab_multiple when it differs from the automatic one, saved the same
+  vocabulary, and its padded rows split over this mesh's tensor axis; else None (the
+  automatic padding, and restore's shape check names any mismatch)."""
+  multiple, size = saved.get("vocab_multiple"), saved.get("vocab_size")
+  if not isinstance(multiple, int) or multiple < 1 or multiple == vocab_multiple(config):
     return None
-  try:
-    return bool(checkpoint.read_meta(directory / str(steps[-1]))["model_config"]["scan_layers"])
-  except (OSError, KeyError, ValueError):  # restore reports a bad checkpoint properly
+  if size != config.model.get("vocab_size", size):
     return None
+  rows = -(-size // multiple) * multiple
+  return multiple if rows % _tensor_size(config) == 0 else None
 
 
 def transformer_config(config: ml_collections.ConfigDict, platform: str | None = None):
@@ -170,9 +189,13 @@ def vocab_multiple(config: ml_collections.ConfigDict) -> int:
   vocabulary splits over `tensor` on any mesh (BERT's 30522 rows: 30720 at tensor 4).
   A -1 tensor entry (the rest of the devices) is resolved only with the devices: 128,
   and state creation names a size that works if it does not split (check_divisible)."""
+  return VOCAB_LANES * _tensor_size(config)
+
+
+def _tensor_size(config: ml_collections.ConfigDict) -> int:
+  """The mesh's tensor entry; 1 when it is -1 (known only with the devices) or absent."""
   shape = tuple(config.get("mesh_shape", ()) or ())
-  tensor = shape[2] if len(shape) == 3 and shape[2] > 0 else 1
-  return VOCAB_LANES * tensor
+  return shape[2] if len(shape) == 3 and shape[2] > 0 else 1
 
 
 def base_config(task: str) -> ml_collections.ConfigDict:

@@ -52,10 +52,11 @@ def test_pretraining_configs_leave_the_layout_to_the_platform():
     large.model.scan_layers = "auto"
 
 
-def _fake_checkpoint(workdir, step, scan):
+def _fake_checkpoint(workdir, step, scan, **model_config):
   meta = workdir / "checkpoints" / str(step) / "meta"
   meta.mkdir(parents=True)
-  (meta / "metadata").write_text(json.dumps({"model_config": {"scan_layers": scan}}))
+  (meta / "metadata").write_text(json.dumps({"model_config": dict(model_config,
+                                                                  scan_layers=scan)}))
 
 
 def _resolved_scan(platform, workdir):
@@ -73,3 +74,34 @@ def test_a_resumed_run_keeps_the_layout_of_its_checkpoints(tmp_path):
   assert _resolved_scan("cpu", tmp_path / "fresh") is False  # no checkpoint: the platform's
   _fake_checkpoint(tmp_path, 300, False)  # the newest checkpoint is the one that counts
   assert _resolved_scan("tpu", tmp_path) is False
+
+
+def _resolved_rows(workdir, mesh_shape, vocab_multiple=0):
+  config = defaults.bert_pretraining_config("bert/base")  # 30,522 tokens, multiple 0
+  config.mesh_shape, config.model.vocab_multiple = mesh_shape, vocab_multiple
+  defaults.resolve_platform(config, "cpu", str(workdir))
+  return config.model.vocab_multiple, defaults.transformer_config(config, "cpu").padded_vocab
+
+
+def test_a_resumed_run_keeps_the_vocabulary_padding_of_its_checkpoints(tmp_path):
+  # Saved at tensor 8 (128 x 8 = 1,024: 30,720 rows), resumed at tensor 4: the automatic
+  # padding would be 512 (also 30,720 rows here) and, for the step saved at tensor 1 below,
+  # 30,592 rows against 30,720 saved: a checkpoint the model could not restore.
+  _fake_checkpoint(tmp_path, 100, False, vocab_multiple=128, vocab_size=30522)
+  assert _resolved_rows(tmp_path, (2, 1, 4)) == (128, 30592)        # not 512's 30,720
+  assert _resolved_rows(tmp_path / "fresh", (2, 1, 4)) == (0, 30720)  # no checkpoint
+  # The newest checkpoint counts; a damaged meta falls back to the one before it.
+  _fake_checkpoint(tmp_path, 200, False, vocab_multiple=1024, vocab_size=30522)
+  assert _resolved_rows(tmp_path, (1, 1, 2)) == (1024, 30720)
+  (tmp_path / "checkpoints" / "300" / "meta").mkdir(parents=True)
+  (tmp_path / "checkpoints" / "300" / "meta" / "metadata").write_text("{damaged")
+  assert _resolved_rows(tmp_path, (1, 1, 2)) == (1024, 30720)
+  # Kept only where it still splits over the tensor axis (30,720 / 3 does, 30,592 / 3 does
+  # not: restore then names the padding to set), only for the same vocabulary, and an
+  # explicit vocab_multiple is the user's.
+  assert _resolved_rows(tmp_path, (1, 1, 3)) == (1024, 30720)
+  _fake_checkpoint(tmp_path, 400, False, vocab_multiple=128, vocab_size=30522)
+  assert _resolved_rows(tmp_path, (1, 1, 3)) == (0, 30720)
+  assert _resolved_rows(tmp_path, (1, 1, 1), vocab_multiple=8) == (8, 30528)
+  _fake_checkpoint(tmp_path, 500, False, vocab_multiple=1024, vocab_size=8192)
+  assert _resolved_rows(tmp_path, (2, 1, 4)) == (0, 30720)

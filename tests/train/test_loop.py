@@ -75,8 +75,8 @@ def _flags(config, workdir):
   for k in ("corpus", "text_files", "data_dir", "vocab_size", "max_seq_length",
             "max_predictions_per_seq", "dupe_factor", "validation_fraction"):
     flags.append(f"--config.data.{k}={d[k]}")
-  for k in ("num_steps", "batch_size", "log_every", "eval_every", "checkpoint_every",
-            "learning_rate", "warmup_steps", "async_checkpoints"):
+  for k in ("num_steps", "batch_size", "log_every", "eval_every", "eval_steps",
+            "checkpoint_every", "learning_rate", "warmup_steps", "async_checkpoints"):
     flags.append(f"--config.train.{k}={t[k]}")
   for k in ("vocab_size", "hidden_size", "num_heads", "mlp_dim", "max_len", "dropout_rate",
             "attention_dropout_rate"):
