@@ -99,10 +99,30 @@ def num_chips(topology: str) -> int:
   return math.prod(int(x) for x in parse_topology(topology)[1].split(":")[1].split("x"))
 
 
+def drop_cpu_only_xla_flags() -> list[str]:
+  """Removes XLA:CPU's own flags (`--xla_cpu_*`) from XLA_FLAGS before libtpu first reads
+  it, and says so; returns them. libtpu parses XLA_FLAGS at its first use and aborts the
+  process on a flag its XLA does not define (`Unknown flag in XLA_FLAGS:
+  --xla_cpu_use_fusion_emitters=false`), which a user's CPU settings would hit. XLA:CPU
+  reads the variable once, when its backend starts, so it is started first and keeps them."""
+  import os  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  flags = os.environ.get("XLA_FLAGS", "").split()
+  cpu_only = [f for f in flags if f.startswith("--xla_cpu_")]
+  if cpu_only:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.devices("cpu")
+    os.environ["XLA_FLAGS"] = " ".join(f for f in flags if f not in cpu_only)
+    print(f"note: XLA_FLAGS {' '.join(cpu_only)}: XLA:CPU's own, not given to the TPU "
+          "compiler (libtpu stops on a flag it does not define).", file=sys.stderr)
+  return cpu_only
+
+
 def topology_devices(name: str):
   """(chip, compile-only devices of the slice): needs the libtpu wheel, not a TPU."""
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   chip, topology = parse_topology(name)
+  drop_cpu_only_xla_flags()
   kwargs = {"chip_config_name": "megacore"} if chip.name == "v4" else {}
   try:
     desc = topologies.get_topology_desc(topology_name=topology, platform="tpu", **kwargs)

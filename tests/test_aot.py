@@ -35,17 +35,23 @@ CASES = [("v5e:2x2", (2, 1, 2)), ("v4:2x2x1", (1, 4, 1))]
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _xla_flags_libtpu_knows():
-  """libtpu parses XLA_FLAGS at its first compile and aborts the process on a flag its
-  XLA does not define: conftest's XLA:CPU-only `--xla_cpu_use_fusion_emitters` is one.
-  The CPU backend read its flags when it started (jax.devices() below), so dropping the
-  flag from the environment now changes nothing for it; restored after the module."""
-  jax.devices()
+def _xla_flags_restored():
+  """chips.topology_devices drops conftest's XLA:CPU-only flags from XLA_FLAGS before
+  libtpu reads it (libtpu aborts on `--xla_cpu_use_fusion_emitters`): every compile below
+  goes through that. Put back after the module, for the child processes of later tests."""
   before = os.environ.get("XLA_FLAGS", "")
-  os.environ["XLA_FLAGS"] = " ".join(f for f in before.split()
-                                     if not f.startswith("--xla_cpu_"))
   yield
   os.environ["XLA_FLAGS"] = before
+
+
+def test_cpu_only_xla_flags_are_kept_from_libtpu(monkeypatch, capsys):
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_fusion_emitters=false "
+                     "--xla_force_host_platform_device_count=8 --xla_cpu_enable_fast_math=true")
+  assert chips.drop_cpu_only_xla_flags() == ["--xla_cpu_use_fusion_emitters=false",
+                                             "--xla_cpu_enable_fast_math=true"]
+  assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8"
+  assert "not given to the TPU compiler" in capsys.readouterr().err
+  assert chips.drop_cpu_only_xla_flags() == [] and not capsys.readouterr().err
 
 
 @pytest.fixture(autouse=True)
