@@ -7,6 +7,9 @@ compilation cache entry ..." forever. With `remove_unreadable_entries()` the run
 meets such an entry warns once (jax's warning, and ours naming the file), removes it,
 compiles as on a miss, and the next run writes and reads the entry afresh.
 
+`set_compilation_cache` turns the cache on for a command (training and the inference
+CLIs: `--compilation_cache`, default $JAX_COMPILATION_CACHE_DIR else ~/.cache/bert_jax/xla).
+
 It wraps jax internals (`jax._src.compilation_cache.get_executable_and_time`, the
 LRUCache's `path` and entry suffix), checked with jax 0.10.2; where they are missing it
 does nothing and jax behaves as before (tests/test_compile_cache.py would then fail).
@@ -18,6 +21,42 @@ import functools
 from absl import logging
 
 _installed = False
+# The inference CLIs' threshold (jax's default is 1 s): their programs compile in 0.3-2 s
+# each and are read back in a small part of that, and a CLI pays them on every call.
+INFERENCE_MIN_COMPILE_SECS = 0.3
+
+
+def set_compilation_cache(directory: str | None, min_compile_secs: float | None = None) -> str:
+  """Persistent compilation cache: a resumed or repeated run skips its compiles.
+
+  Its key is the program and the compile options, so a changed model or mesh compiles
+  afresh. Only compiles over jax's threshold (1 s by default, or `min_compile_secs`;
+  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, wins) are stored; a write that
+  fails (read-only home) is only a warning, and an entry a killed run left truncated is
+  removed at its first failed read. `directory`: the --compilation_cache value (None:
+  $JAX_COMPILATION_CACHE_DIR, else ~/.cache/bert_jax/xla). Returns the directory used
+  ('' = off).
+  """
+  import os  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  if directory is None:
+    directory = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "bert_jax", "xla")
+  if directory:
+    jax.config.update("jax_compilation_cache_dir", directory)
+    if (min_compile_secs is not None
+        and "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ):
+      jax.config.update("jax_persistent_cache_min_compile_time_secs", min_compile_secs)
+    remove_unreadable_entries()  # a kill mid-write: one warning, not forever
+  return directory
+
+
+def add_flag(parser) -> None:
+  """--compilation_cache for an argparse CLI (embed, fill_mask, generate)."""
+  parser.add_argument("--compilation_cache", default=None,
+                      help="Directory of the persistent XLA compilation cache (default: "
+                      "$JAX_COMPILATION_CACHE_DIR, else ~/.cache/bert_jax/xla); '' turns it "
+                      "off. A repeated call loads its compiled programs instead of compiling.")
 
 
 def remove_unreadable_entries() -> bool:

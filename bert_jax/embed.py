@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import cli, paths
+from bert_jax import cli, compile_cache, paths
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
 
@@ -288,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="scale each output vector to unit L2 norm")
   parser.add_argument("--noprogress", action="store_true",
                       help="no progress bar (shown on stderr only when it is a terminal)")
+  compile_cache.add_flag(parser)
   return parser
 
 
@@ -349,6 +350,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = cli.parse_args(build_parser(), argv)
   if isinstance(args, int):
     return args
+  compile_cache.set_compilation_cache(args.compilation_cache,
+                                      compile_cache.INFERENCE_MIN_COMPILE_SECS)
   from bert_jax.pretrained import load_encoder  # pylint: disable=g-import-not-at-top
   try:
     lines = read_lines(args.input)

@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from bert_jax import cli, jsonl
+from bert_jax import cli, compile_cache, jsonl
 from bert_jax.data import buckets
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertForPreTraining
@@ -173,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
   parser.add_argument("--text", action="append", required=True,
                       help="a text with one or more [MASK] (repeatable)")
   parser.add_argument("--top_k", type=int, default=5)
+  compile_cache.add_flag(parser)
   return parser
 
 
@@ -180,6 +181,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = cli.parse_args(build_parser(), argv)
   if isinstance(args, int):
     return args
+  compile_cache.set_compilation_cache(args.compilation_cache,
+                                      compile_cache.INFERENCE_MIN_COMPILE_SECS)
   try:
     check_top_k(args.top_k)
     model = loader.load(args.checkpoint)

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from bert_jax import cli
+from bert_jax import cli, compile_cache
 
 EOT = "<|endoftext|>"
 
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
   p.add_argument("--matmul_dtype", choices=("bfloat16", "float32"), default=None,
                  help="matmul operands in this dtype, float32 accumulation (default: the "
                       "checkpoint's); bfloat16 reads half the weight bytes a step")
+  compile_cache.add_flag(p)
   return p
 
 
@@ -176,6 +177,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = cli.parse_args(build_parser(), argv)
   if isinstance(args, int):
     return args
+  compile_cache.set_compilation_cache(args.compilation_cache,
+                                      compile_cache.INFERENCE_MIN_COMPILE_SECS)
   try:
     _check_flags(args)
     prompts = read_prompts(args)

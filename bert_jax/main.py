@@ -34,27 +34,6 @@ flags.DEFINE_string("compilation_cache", None,
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def set_compilation_cache(directory: str | None) -> str:
-  """Persistent compilation cache: a resumed or repeated run skips its compiles.
-
-  Its key is the program and the compile options, so a changed model or mesh compiles
-  afresh. Only compiles over jax's threshold (1 s by default, JAX_PERSISTENT_CACHE_MIN_
-  COMPILE_TIME_SECS) are stored; a write that fails (read-only home) is only a warning,
-  and an entry a killed run left truncated is removed at its first failed read.
-  `directory`: the --compilation_cache value. Returns the directory used ('' = off).
-  """
-  import os  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
-  if directory is None:
-    directory = os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
-        os.path.expanduser("~"), ".cache", "bert_jax", "xla")
-  if directory:
-    jax.config.update("jax_compilation_cache_dir", directory)
-    from bert_jax import compile_cache  # pylint: disable=g-import-not-at-top
-    compile_cache.remove_unreadable_entries()  # a kill mid-write: one warning, not forever
-  return directory
-
-
 def _maybe_initialize_distributed():
   import os  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top
@@ -106,7 +85,8 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   library_logs_at_warning()
-  set_compilation_cache(FLAGS.compilation_cache)
+  from bert_jax import compile_cache  # pylint: disable=g-import-not-at-top
+  compile_cache.set_compilation_cache(FLAGS.compilation_cache)
   _maybe_initialize_distributed()
   config = _CONFIG.value
   from bert_jax import paths, progress  # pylint: disable=g-import-not-at-top

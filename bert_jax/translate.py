@@ -21,7 +21,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import cli
+from bert_jax import cli, compile_cache
 
 FLAGS = flags.FLAGS
 
@@ -42,6 +42,10 @@ def _define_flags() -> None:
                     "weight bytes a step; BLEU effect in bench/RESULTS.md \"Decoding\").")
   flags.DEFINE_string("reference", "", "Optional reference translations (line-aligned with "
                       "--input): corpus BLEU / chrF (sacreBLEU) and exact match on stderr.")
+  flags.DEFINE_string("compilation_cache", None,
+                      "Directory of the persistent XLA compilation cache (default: "
+                      "$JAX_COMPILATION_CACHE_DIR, else ~/.cache/bert_jax/xla); '' turns it "
+                      "off. A repeated call loads its compiled search instead of compiling.")
 
 
 class TranslateError(Exception):
@@ -120,6 +124,8 @@ def _write(path: str, texts: list[str]) -> None:
 def main(argv):
   del argv
   cli.library_logs_at_warning()
+  compile_cache.set_compilation_cache(FLAGS.compilation_cache,
+                                      compile_cache.INFERENCE_MIN_COMPILE_SECS)
   if not FLAGS.workdir:
     print("translate: --workdir is required.", file=sys.stderr)
     sys.exit(2)

@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
-from bert_jax import main, platforms
+from bert_jax import compile_cache, main, platforms
 
 
 @pytest.fixture
@@ -22,17 +22,27 @@ def restore_cache_dir():
 
 def test_compilation_cache_default_flag_and_off(restore_cache_dir, tmp_path, monkeypatch):
   monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "env"))
-  assert main.set_compilation_cache(None) == str(tmp_path / "env")
+  assert compile_cache.set_compilation_cache(None) == str(tmp_path / "env")
   monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
   monkeypatch.setenv("HOME", str(tmp_path / "home"))
-  assert main.set_compilation_cache(None) == str(tmp_path / "home" / ".cache" / "bert_jax" / "xla")
+  assert compile_cache.set_compilation_cache(None) == str(tmp_path / "home" / ".cache" / "bert_jax" / "xla")
   before = jax.config.jax_compilation_cache_dir
-  assert main.set_compilation_cache("") == "" and jax.config.jax_compilation_cache_dir == before
+  assert compile_cache.set_compilation_cache("") == "" and jax.config.jax_compilation_cache_dir == before
   # A compile lands in the chosen directory (the tests run with a 0 s threshold).
   chosen = tmp_path / "flag"
-  assert main.set_compilation_cache(str(chosen)) == str(chosen)
+  assert compile_cache.set_compilation_cache(str(chosen)) == str(chosen)
   jax.jit(lambda x: jnp.sin(x) * 3.25 + 0.125)(jnp.arange(7.0)).block_until_ready()
   assert chosen.is_dir() and os.listdir(chosen)
+  # The inference CLIs' lower threshold applies unless the environment sets one.
+  threshold = jax.config.jax_persistent_cache_min_compile_time_secs
+  try:
+    compile_cache.set_compilation_cache(str(chosen), 0.3)
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == threshold  # conftest's
+    monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+    compile_cache.set_compilation_cache(str(chosen), 0.3)
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.3
+  finally:
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", threshold)
 
 
 def test_a_cloud_tpu_vm_joins_its_pod_slice_without_launcher_variables(monkeypatch):
