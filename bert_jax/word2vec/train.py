@@ -110,10 +110,19 @@ class _EpochCheckpoints:
     advice = (f"The checkpoints in {self.ckpt.directory} were trained with other data "
               "(data.corpus, data.text_glob, data.min_count) or another model.embed_dim: "
               "use a new --workdir, or the config they were saved with.")
+    rows, saved_rows = self.meta["table_rows"], self._saved_table_rows()
+    repad = saved_rows is not None and saved_rows != rows and saved_rows >= self.meta[
+        "vocab_size"]
+    if repad:  # saved on a mesh that padded the tables to other rows: read them unsplit
+      abstract = _with_table_rows(abstract, saved_rows)
     try:
       restored, meta, step = self.ckpt.restore(abstract)
     except ckpt_lib.CheckpointMismatchError as e:
       raise ckpt_lib.CheckpointMismatchError(f"word2vec: {e}\n{this_run}. {advice}") from e
+    if repad:
+      restored = _to_table_rows(restored, state, self.meta["vocab_size"])
+      log(f"word2vec: checkpoint {self.ckpt.directory}/{step}'s tables have {saved_rows} rows "
+          f"(padded for its mesh); re-padded to this mesh's {rows}")
     if meta.get("vocab_sha256", self.meta["vocab_sha256"]) != self.meta["vocab_sha256"]:
       # Same table shapes, other words: rows would silently mean other words.
       raise ckpt_lib.CheckpointMismatchError(
@@ -124,8 +133,42 @@ class _EpochCheckpoints:
       log("word2vec: config changed since the checkpoint: " + ", ".join(changed))
     return restored
 
+  def _saved_table_rows(self) -> Optional[int]:
+    """table_rows of the newest checkpoint whose meta reads (None: none, or unreadable:
+    restore then reports it)."""
+    for step in reversed(self.ckpt.all_steps()):
+      try:
+        return int(ckpt_lib.read_meta(self.ckpt.directory / str(step))["table_rows"])
+      except (OSError, KeyError, TypeError, ValueError):
+        continue
+    return None
+
   def close(self) -> None:
     self.ckpt.close()
+
+
+def _with_table_rows(abstract: dict, rows: int) -> dict:
+  """The abstract state with both tables at `rows` rows, their rows unsplit (`rows` need
+  not divide this mesh's row axis); columns keep their sharding."""
+  def table(a):
+    mesh, spec = a.sharding.mesh, a.sharding.spec
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, *spec[1:]))
+    return jax.ShapeDtypeStruct((rows,) + a.shape[1:], a.dtype, sharding=sharding)
+  return dict(abstract, params={k: table(v) for k, v in abstract["params"].items()})
+
+
+def _to_table_rows(restored: dict, like: dict, vocab_size: int) -> dict:
+  """`restored`'s tables cut to the vocabulary's rows and zero-padded to `like`'s (the
+  padding rows are never an index), on `like`'s shardings."""
+  def table(saved, want):
+    if not saved.is_fully_addressable:  # columns split over several processes
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      saved = multihost_utils.process_allgather(saved, tiled=True)
+    rows = np.zeros(want.shape, want.dtype)
+    rows[:vocab_size] = np.asarray(saved)[:vocab_size]
+    return jax.device_put(rows, want.sharding)
+  return dict(restored, params={k: table(restored["params"][k], like["params"][k])
+                                for k in like["params"]})
 
 
 # Settings that count something: below 1 there is nothing to train (embed_dim=0 was a

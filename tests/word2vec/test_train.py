@@ -285,6 +285,34 @@ def test_rerun_on_the_workdir_resumes_from_its_epoch_checkpoint(tmp_path, monkey
                                 full["word_vectors"].vectors)
 
 
+
+def test_a_rerun_on_a_mesh_that_pads_the_tables_otherwise_resumes(tmp_path, monkeypatch):
+  """Epoch 1 on one device (26 table rows), the rerun on a tensor axis of 4 (28 rows): the
+  saved tables are re-padded, not refused as another run's, and epoch 2 ends where the
+  uninterrupted one-device run does."""
+  config = tiny_config(tmp_path)
+  full = task.train_and_evaluate(config, str(tmp_path / "full"))
+  workdir = str(tmp_path / "run")
+  save = ckpt_lib.Checkpointer.save
+
+  def save_then_stop(self, *args, **kwargs):
+    save(self, *args, **kwargs)
+    raise Preempted
+
+  with monkeypatch.context() as m:
+    m.setattr(ckpt_lib.Checkpointer, "save", save_then_stop)
+    with pytest.raises(Preempted):
+      task.train_and_evaluate(config, workdir)
+  assert ckpt_lib.read_meta(os.path.join(workdir, "checkpoints", str(checkpoint_steps(workdir)[0]))
+                            )["table_rows"] == 26
+  config.mesh_shape = (1, 1, 4)
+  resumed = task.train_and_evaluate(config, workdir)
+  assert int(resumed["state"]["epoch"]) == 2
+  assert resumed["state"]["params"]["target"].shape == (28, 8)
+  np.testing.assert_allclose(resumed["word_vectors"].vectors, full["word_vectors"].vectors,
+                             rtol=1e-5, atol=1e-6)
+
+
 def test_default_run_writes_tensorboard_and_metrics_jsonl(tmp_path):
   config = tiny_config(tmp_path)
   config.train.epochs = 1
