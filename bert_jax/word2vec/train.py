@@ -28,8 +28,9 @@ import ml_collections
 import numpy as np
 
 from bert_jax import checkpoint as ckpt_lib
-from bert_jax import parallel
+from bert_jax import multihost, parallel
 from bert_jax.train import wandb_run
+from bert_jax.train.preemption import Preemption
 from bert_jax.train.writer import MetricWriter, log
 from bert_jax.word2vec import data as w2v_data
 from bert_jax.word2vec import model as w2v_model
@@ -249,7 +250,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       Passing either of checkpoint_fn / restore_fn replaces the workdir checkpoints.
 
   Returns:
-    dict(metrics={scores, words_per_sec, ...}, state=final state, word_vectors=WordVectors).
+    dict(metrics={scores, words_per_sec, ...}, state=final state, word_vectors=WordVectors);
+    stopped by SIGTERM / Ctrl-C: dict(metrics={}, state, word_vectors=None, step,
+    preempted=True, stopped_by=the signal's name), nothing exported (the command then
+    exits 0, or 130 for Ctrl-C).
   """
   d, t = config.data, config.train
   if t.single_thread_xla_cpu:  # before anything starts the backend (process_count does)
@@ -296,7 +300,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   try:
     out = _train_export_evaluate(config, workdir, vocab, batches, mesh, state,
                                  state_shardings, log_fn, checkpoint_fn, restore_fn)
-    if writer is not None:  # the config beside the final scores (TensorBoard HParams)
+    if writer is not None and not out.get("preempted"):  # the config beside the scores
       writer.write_hparams(config.to_dict(), _logged_names(out["metrics"]))
     return out
   finally:
@@ -337,35 +341,57 @@ def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_s
   stream = () if finished else w2v_data.prefetch(batches.stream(first_epoch), t.prefetch)
   words_done = pairs_done = 0
   losses, ep_pairs, ep_words = [], 0, 0
-  for epoch, batch in stream:
-    if batch is not None:
-      arrays = {k: jax.device_put(batch[k], put[k]) for k in put}
-      state, loss = step_fn(state, arrays)
-      step += 1
-      losses.append(loss)
-      ep_pairs += int(batch["num_pairs"])
-      ep_words += batch["words"]
-      if step % t.log_every_steps == 0:
-        rate = (words_done + ep_words) / (time.time() - train_start)
-        mean_loss = _mean_loss(losses, ep_pairs, step)
-        lr = float(batch["lr"][-1])
-        log(f"epoch {epoch + 1}/{t.epochs} step {step} | loss {mean_loss:.4f} | lr {lr:.5f} "
-             f"| {rate:,.0f} words/s")
-        log_fn(step, {"train/loss": mean_loss, "train/learning_rate": lr,
-                      "perf/words_per_sec": rate})
-      continue
-    # End of an epoch.
-    mean_loss = _mean_loss(losses, ep_pairs, step)   # waits for the epoch's last step
-    words_done, pairs_done = words_done + ep_words, pairs_done + ep_pairs
-    seconds = time.time() - epoch_start
-    log(f"epoch {epoch + 1}/{t.epochs} done: {ep_words} effective words, {ep_pairs} pairs, "
-         f"loss {mean_loss:.4f}, {seconds:.1f}s, {ep_words / seconds:,.0f} words/s")
-    state = dict(state, epoch=jax.device_put(np.int32(epoch + 1), state_shardings["epoch"]))
-    log_fn(step, {"train/epoch": epoch + 1, "train/epoch_loss": mean_loss,
-                  "perf/epoch_words_per_sec": ep_words / seconds})
-    if checkpoint_fn is not None:
-      checkpoint_fn(step, state)
-    losses, ep_pairs, ep_words, epoch_start = [], 0, 0, time.time()
+  # SIGTERM / Ctrl-C: stop after this step (several processes: after the step they agree
+  # on, multihost.StopVote). The epoch is the unit of resume (the stream is seeded per
+  # epoch), so nothing is saved mid-epoch: a rerun resumes at the last epoch checkpoint.
+  several = jax.process_count() > 1 and not finished
+  agree = multihost.StopVote().cast if several else (lambda name: name)
+  stopped_by = ""
+  with Preemption(agreed=several) as preempt:
+    for epoch, batch in stream:
+      if batch is not None:
+        arrays = {k: jax.device_put(batch[k], put[k]) for k in put}
+        state, loss = step_fn(state, arrays)
+        step += 1
+        losses.append(loss)
+        ep_pairs += int(batch["num_pairs"])
+        ep_words += batch["words"]
+        if step % t.log_every_steps == 0:
+          rate = (words_done + ep_words) / (time.time() - train_start)
+          mean_loss = _mean_loss(losses, ep_pairs, step)
+          lr = float(batch["lr"][-1])
+          log(f"epoch {epoch + 1}/{t.epochs} step {step} | loss {mean_loss:.4f} | lr "
+              f"{lr:.5f} | {rate:,.0f} words/s")
+          log_fn(step, {"train/loss": mean_loss, "train/learning_rate": lr,
+                        "perf/words_per_sec": rate})
+        stopped_by = agree(preempt.name)
+        if stopped_by:
+          break
+        continue
+      # End of an epoch.
+      mean_loss = _mean_loss(losses, ep_pairs, step)   # waits for the epoch's last step
+      words_done, pairs_done = words_done + ep_words, pairs_done + ep_pairs
+      seconds = time.time() - epoch_start
+      log(f"epoch {epoch + 1}/{t.epochs} done: {ep_words} effective words, {ep_pairs} "
+          f"pairs, loss {mean_loss:.4f}, {seconds:.1f}s, {ep_words / seconds:,.0f} words/s")
+      state = dict(state, epoch=jax.device_put(np.int32(epoch + 1), state_shardings["epoch"]))
+      log_fn(step, {"train/epoch": epoch + 1, "train/epoch_loss": mean_loss,
+                    "perf/epoch_words_per_sec": ep_words / seconds})
+      if checkpoint_fn is not None:
+        checkpoint_fn(step, state)
+      losses, ep_pairs, ep_words, epoch_start = [], 0, 0, time.time()
+  if stopped_by:
+    jax.block_until_ready(state)
+    if checkpoint_fn is None:
+      rerun = "no checkpoints (train.checkpoint=False): a rerun starts over."
+    elif epoch == 0:
+      rerun = "no epoch has finished yet: a rerun starts over."
+    else:  # the stream is seeded per epoch: its checkpoints are the points of resume
+      rerun = f"a rerun resumes from the checkpoint of epoch {epoch}, the start of this one."
+    log(f"word2vec: {stopped_by}: stopped after step {step}, in epoch {epoch + 1}/{t.epochs}; "
+        f"{rerun}")
+    return dict(metrics={}, state=state, word_vectors=None, step=step, preempted=True,
+                stopped_by=stopped_by)
   train_seconds = time.time() - train_start
 
   # ---- export and evaluate (the target table T holds the word vectors)

@@ -4,6 +4,7 @@ import json
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 
@@ -311,6 +312,31 @@ def test_a_rerun_on_a_mesh_that_pads_the_tables_otherwise_resumes(tmp_path, monk
   assert resumed["state"]["params"]["target"].shape == (28, 8)
   np.testing.assert_allclose(resumed["word_vectors"].vectors, full["word_vectors"].vectors,
                              rtol=1e-5, atol=1e-6)
+
+
+
+def test_sigterm_stops_after_the_step_and_the_rerun_resumes_from_the_epoch(tmp_path):
+  """A SIGTERM in epoch 2 stops the run after that step: nothing exported, epoch 1's
+  checkpoint kept; the rerun redoes epoch 2 and ends with the uninterrupted run's vectors."""
+  config = tiny_config(tmp_path)
+  config.train.log_every_steps = 1
+  full = task.train_and_evaluate(config, str(tmp_path / "full"))
+  first = checkpoint_steps(str(tmp_path / "full"))[0]
+  workdir = str(tmp_path / "run")
+
+  def log_fn(step, scalars):
+    if step == first + 2 and "train/loss" in scalars:
+      os.kill(os.getpid(), signal.SIGTERM)
+
+  before = signal.getsignal(signal.SIGTERM)
+  stopped = task.train_and_evaluate(config, workdir, log_fn=log_fn)
+  assert (stopped["preempted"], stopped["stopped_by"], stopped["step"]) == (
+      True, "SIGTERM", first + 2)
+  assert stopped["word_vectors"] is None and checkpoint_steps(workdir) == [first]
+  assert signal.getsignal(signal.SIGTERM) is before  # the handler is put back
+  resumed = task.train_and_evaluate(config, workdir)
+  assert int(resumed["state"]["step"]) == int(full["state"]["step"])
+  np.testing.assert_array_equal(resumed["word_vectors"].vectors, full["word_vectors"].vectors)
 
 
 def test_default_run_writes_tensorboard_and_metrics_jsonl(tmp_path):
