@@ -38,7 +38,7 @@ from bert_jax import data_checkpoint, multihost, paths
 # where the CLIs and tasks have always called them (checkpoint.load_params_for_inference).
 from bert_jax.checkpoint_read import (  # pylint: disable=unused-import
     _best_fn, _item_handlers, checkpoint_steps, load_params_for_inference, load_task_params,
-    read_meta, select_step)
+    newest_meta, read_meta, select_step)
 
 log = logging.getLogger(__name__)
 

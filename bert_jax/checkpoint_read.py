@@ -62,6 +62,20 @@ def read_meta(step_dir) -> dict:
   return json.loads((paths.resolve(step_dir) / "meta" / "metadata").read_text())
 
 
+def newest_meta(workdir: str) -> dict | None:
+  """The meta of the newest checkpoint in `workdir` whose meta reads (an older one when the
+  newest is damaged: restore falls back the same way); None when none does. For settings
+  a resumed run takes from its checkpoints before it builds anything (restore itself
+  reports a bad checkpoint)."""
+  directory, steps = checkpoint_steps(workdir)
+  for step in reversed(steps):
+    try:
+      return read_meta(directory / str(step))
+    except (OSError, ValueError):
+      continue
+  return None
+
+
 def select_step(directory, steps: list[int], which: str, train: dict) -> int:
   """The step `which` names among `steps` (ascending, not empty) of `directory`.
 

@@ -51,12 +51,16 @@ def set_compilation_cache(directory: str | None, min_compile_secs: float | None 
   return directory
 
 
+# --compilation_cache's help, the same in every CLI that has the flag (each adds what a
+# repeated run of it skips).
+FLAG_HELP = ("Directory of the persistent XLA compilation cache (default: "
+             "$JAX_COMPILATION_CACHE_DIR, else ~/.cache/bert_jax/xla); '' turns it off.")
+
+
 def add_flag(parser) -> None:
   """--compilation_cache for an argparse CLI (embed, fill_mask, generate)."""
-  parser.add_argument("--compilation_cache", default=None,
-                      help="Directory of the persistent XLA compilation cache (default: "
-                      "$JAX_COMPILATION_CACHE_DIR, else ~/.cache/bert_jax/xla); '' turns it "
-                      "off. A repeated call loads its compiled programs instead of compiling.")
+  parser.add_argument("--compilation_cache", default=None, help=FLAG_HELP + (
+      " A repeated call loads its compiled programs instead of compiling."))
 
 
 def remove_unreadable_entries() -> bool:

@@ -15,6 +15,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
+from bert_jax import compile_cache
 from bert_jax.cli import library_logs_at_warning, parse_flags  # the shared --config CLI parser (also bert_jax.aot)
 
 FLAGS = flags.FLAGS
@@ -27,10 +28,8 @@ flags.DEFINE_integer("process_id", None, "This process's index (multi-process)."
 flags.DEFINE_integer("heartbeat_timeout", 100,
                      "Seconds without a heartbeat after which the others treat a process as "
                      "lost and exit (multi-process); a dead host ends the job, not hangs it.")
-flags.DEFINE_string("compilation_cache", None,
-                    "Directory of the persistent XLA compilation cache (default: "
-                    "$JAX_COMPILATION_CACHE_DIR, else ~/.cache/bert_jax/xla); '' turns it off. "
-                    "A rerun after a preemption loads its compiled steps instead of compiling.")
+flags.DEFINE_string("compilation_cache", None, compile_cache.FLAG_HELP + (
+    " A rerun after a preemption loads its compiled steps instead of compiling."))
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -85,7 +84,6 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   library_logs_at_warning()
-  from bert_jax import compile_cache  # pylint: disable=g-import-not-at-top
   compile_cache.set_compilation_cache(FLAGS.compilation_cache)
   _maybe_initialize_distributed()
   config = _CONFIG.value

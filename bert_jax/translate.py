@@ -42,10 +42,8 @@ def _define_flags() -> None:
                     "weight bytes a step; BLEU effect in bench/RESULTS.md \"Decoding\").")
   flags.DEFINE_string("reference", "", "Optional reference translations (line-aligned with "
                       "--input): corpus BLEU / chrF (sacreBLEU) and exact match on stderr.")
-  flags.DEFINE_string("compilation_cache", None,
-                      "Directory of the persistent XLA compilation cache (default: "
-                      "$JAX_COMPILATION_CACHE_DIR, else ~/.cache/bert_jax/xla); '' turns it "
-                      "off. A repeated call loads its compiled search instead of compiling.")
+  flags.DEFINE_string("compilation_cache", None, compile_cache.FLAG_HELP + (
+      " A repeated call loads its compiled search instead of compiling."))
 
 
 class TranslateError(Exception):

@@ -140,16 +140,10 @@ def resolve_platform(config: ml_collections.ConfigDict, platform: str,
 
 
 def _checkpoint_model_config(workdir: str) -> dict | None:
-  """The model_config of the newest checkpoint in `workdir` whose meta reads (an older one
-  when the newest is damaged: restore falls back the same way), None when there is none."""
+  """The model_config of the workdir's newest readable checkpoint; None when there is none."""
   from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
-  directory, steps = checkpoint.checkpoint_steps(workdir)
-  for step in reversed(steps):
-    try:
-      return dict(checkpoint.read_meta(directory / str(step))["model_config"])
-    except (OSError, KeyError, TypeError, ValueError):  # restore reports a bad checkpoint
-      continue
-  return None
+  model_config = (checkpoint.newest_meta(workdir) or {}).get("model_config")
+  return dict(model_config) if isinstance(model_config, dict) else None
 
 
 def _saved_vocab_multiple(config: ml_collections.ConfigDict, saved: dict) -> int | None:

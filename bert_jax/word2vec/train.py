@@ -29,6 +29,7 @@ import numpy as np
 
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import multihost, parallel
+from bert_jax.layers.config import pad_rows
 from bert_jax.train import wandb_run
 from bert_jax.train.preemption import Preemption
 from bert_jax.train.writer import MetricWriter, log
@@ -90,6 +91,7 @@ class _EpochCheckpoints:
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, vocab, rows: int):
     t = config.train
+    self.workdir = workdir
     self.ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
                                       keep=t.keep_checkpoints, async_save=t.async_checkpoints)
     self.meta = dict(task=config.task, config=config.to_dict(), vocab_size=len(vocab),
@@ -111,7 +113,8 @@ class _EpochCheckpoints:
     advice = (f"The checkpoints in {self.ckpt.directory} were trained with other data "
               "(data.corpus, data.text_glob, data.min_count) or another model.embed_dim: "
               "use a new --workdir, or the config they were saved with.")
-    rows, saved_rows = self.meta["table_rows"], self._saved_table_rows()
+    rows = self.meta["table_rows"]
+    saved_rows = (ckpt_lib.newest_meta(self.workdir) or {}).get("table_rows")
     repad = saved_rows is not None and saved_rows != rows and saved_rows >= self.meta[
         "vocab_size"]
     if repad:  # saved on a mesh that padded the tables to other rows: read them unsplit
@@ -134,16 +137,6 @@ class _EpochCheckpoints:
       log("word2vec: config changed since the checkpoint: " + ", ".join(changed))
     return restored
 
-  def _saved_table_rows(self) -> Optional[int]:
-    """table_rows of the newest checkpoint whose meta reads (None: none, or unreadable:
-    restore then reports it)."""
-    for step in reversed(self.ckpt.all_steps()):
-      try:
-        return int(ckpt_lib.read_meta(self.ckpt.directory / str(step))["table_rows"])
-      except (OSError, KeyError, TypeError, ValueError):
-        continue
-    return None
-
   def close(self) -> None:
     self.ckpt.close()
 
@@ -165,9 +158,8 @@ def _to_table_rows(restored: dict, like: dict, vocab_size: int) -> dict:
     if not saved.is_fully_addressable:  # columns split over several processes
       from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
       saved = multihost_utils.process_allgather(saved, tiled=True)
-    rows = np.zeros(want.shape, want.dtype)
-    rows[:vocab_size] = np.asarray(saved)[:vocab_size]
-    return jax.device_put(rows, want.sharding)
+    return jax.device_put(pad_rows(np.asarray(saved)[:vocab_size], want.shape[0]),
+                          want.sharding)
   return dict(restored, params={k: table(restored["params"][k], like["params"][k])
                                 for k in like["params"]})
 

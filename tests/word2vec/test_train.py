@@ -245,13 +245,9 @@ class Preempted(Exception):
   pass
 
 
-def test_rerun_on_the_workdir_resumes_from_its_epoch_checkpoint(tmp_path, monkeypatch):
-  config = tiny_config(tmp_path)
-  full_dir, workdir = str(tmp_path / "full"), str(tmp_path / "run")
-  full = task.train_and_evaluate(config, full_dir)         # no hooks: the command line's path
-  steps = checkpoint_steps(full_dir)
-  assert len(steps) == 2 and steps[-1] == int(full["state"]["step"])
-  # The same run stopped right after its epoch-1 checkpoint (as a preemption would)...
+def _stop_after_the_first_save(config, workdir, monkeypatch):
+  """Runs `config` in `workdir` until right after its epoch-1 checkpoint (as a preemption
+  would stop it there)."""
   save = ckpt_lib.Checkpointer.save
 
   def save_then_stop(self, *args, **kwargs):
@@ -262,6 +258,16 @@ def test_rerun_on_the_workdir_resumes_from_its_epoch_checkpoint(tmp_path, monkey
     m.setattr(ckpt_lib.Checkpointer, "save", save_then_stop)
     with pytest.raises(Preempted):
       task.train_and_evaluate(config, workdir)
+
+
+def test_rerun_on_the_workdir_resumes_from_its_epoch_checkpoint(tmp_path, monkeypatch):
+  config = tiny_config(tmp_path)
+  full_dir, workdir = str(tmp_path / "full"), str(tmp_path / "run")
+  full = task.train_and_evaluate(config, full_dir)         # no hooks: the command line's path
+  steps = checkpoint_steps(full_dir)
+  assert len(steps) == 2 and steps[-1] == int(full["state"]["step"])
+  # The same run stopped right after its epoch-1 checkpoint (as a preemption would)...
+  _stop_after_the_first_save(config, workdir, monkeypatch)
   assert checkpoint_steps(workdir) == steps[:1]
   # ... and restarted on its workdir: epoch 2 only, ending where the uninterrupted run does.
   resumed = task.train_and_evaluate(config, workdir)
@@ -286,7 +292,6 @@ def test_rerun_on_the_workdir_resumes_from_its_epoch_checkpoint(tmp_path, monkey
                                 full["word_vectors"].vectors)
 
 
-
 def test_a_rerun_on_a_mesh_that_pads_the_tables_otherwise_resumes(tmp_path, monkeypatch):
   """Epoch 1 on one device (26 table rows), the rerun on a tensor axis of 4 (28 rows): the
   saved tables are re-padded, not refused as another run's, and epoch 2 ends where the
@@ -294,16 +299,7 @@ def test_a_rerun_on_a_mesh_that_pads_the_tables_otherwise_resumes(tmp_path, monk
   config = tiny_config(tmp_path)
   full = task.train_and_evaluate(config, str(tmp_path / "full"))
   workdir = str(tmp_path / "run")
-  save = ckpt_lib.Checkpointer.save
-
-  def save_then_stop(self, *args, **kwargs):
-    save(self, *args, **kwargs)
-    raise Preempted
-
-  with monkeypatch.context() as m:
-    m.setattr(ckpt_lib.Checkpointer, "save", save_then_stop)
-    with pytest.raises(Preempted):
-      task.train_and_evaluate(config, workdir)
+  _stop_after_the_first_save(config, workdir, monkeypatch)
   assert ckpt_lib.read_meta(os.path.join(workdir, "checkpoints", str(checkpoint_steps(workdir)[0]))
                             )["table_rows"] == 26
   config.mesh_shape = (1, 1, 4)
@@ -312,7 +308,6 @@ def test_a_rerun_on_a_mesh_that_pads_the_tables_otherwise_resumes(tmp_path, monk
   assert resumed["state"]["params"]["target"].shape == (28, 8)
   np.testing.assert_allclose(resumed["word_vectors"].vectors, full["word_vectors"].vectors,
                              rtol=1e-5, atol=1e-6)
-
 
 
 def test_sigterm_stops_after_the_step_and_the_rerun_resumes_from_the_epoch(tmp_path):
