@@ -19,6 +19,7 @@ the overrides are printed with the table):
   finetune     configs/finetune_classification.py:polarity (MiniLM), 80 sentences of 32
                tokens, batch 8, 2 epochs (20 steps), checkpoint every 5 steps
   word2vec     configs/word2vec.py on the embedded corpus, an Orbax checkpoint each epoch
+               and every 5 steps inside one (resumed after that very batch)
 The child processes share a persistent XLA compilation cache (<root>/xla_cache, or the
 JAX_COMPILATION_CACHE_DIR already set), so a rerun does not compile again; a kill can land
 while an entry is being written, which the reruns then meet.
@@ -58,6 +59,7 @@ TASKS = {
                  "--config.train.checkpoint_every=5", "--config.train.keep_checkpoints=3",
                  "--config.train.log_every=1", "--config.train.async_checkpoints=True"],
     "word2vec": ["--config=configs/word2vec.py", "--config.train.log_every_steps=1",
+                 "--config.train.checkpoint_every_steps=5",
                  "--config.train.async_checkpoints=True"],
 }
 # The loop's progress line, `step 3/6 | loss ...`: the first one marks the end of start-up.
@@ -219,7 +221,7 @@ HEADER = ("| task | run | killed at | last logged step | checkpoints at kill | r
           "checkpoints left | exact |")
 # A rerun's lines that say what it met: where it resumed, a checkpoint moved aside, a
 # compilation-cache entry jax could not read (a kill while it was written).
-RESUMED = re.compile(r"resumed from .* at step (\d+)|resumed at epoch (\d+)")
+RESUMED = re.compile(r"resumed from .* at step (\d+)|resumed at epoch \d+, step (\d+)")
 MOVED_ASIDE = "moved the unreadable checkpoint"
 CACHE_ERROR = "Error reading persistent compilation cache entry"
 

@@ -57,8 +57,13 @@ def get_config(arg=None):
   c.train.prefetch = 2             # batches the host thread builds ahead
   c.train.log_every_steps = 5
   # Orbax checkpoints in workdir/checkpoints after every epoch (bert_jax.checkpoint, as
-  # BERT's loop): a rerun on the same workdir resumes at the last saved epoch.
+  # BERT's loop), and at the step a SIGTERM / Ctrl-C stops after: a rerun on the same
+  # workdir resumes right after the newest one's step, inside its epoch too.
   c.train.checkpoint = True
+  # Also every N steps inside an epoch (0: only the above): for epochs long enough that a
+  # SIGKILL, which leaves no time to save, should not cost one (each save writes both
+  # tables).
+  c.train.checkpoint_every_steps = 0
   c.train.keep_checkpoints = 3
   c.train.async_checkpoints = True
   # CPU only: one XLA thread, the other cores build batches (see

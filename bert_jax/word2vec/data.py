@@ -269,18 +269,29 @@ class SkipGramBatches:
       progress = position / max(1, self.corpus.ids.shape[0])
     return schedule.linear_alpha(self.alpha, self.min_alpha, epoch, self.epochs, progress)
 
-  def stream(self, first_epoch: int = 0) -> Iterator[tuple[int, Optional[dict]]]:
+  def stream(self, first_epoch: int = 0,
+             resume: Optional[dict] = None) -> Iterator[tuple[int, Optional[dict]]]:
     """(epoch, batch) over epochs first_epoch..epochs-1, with (epoch, None) ending each:
-    one stream, so the host builds the next epoch's batches while this one finishes."""
+    one stream, so the host builds the next epoch's batches while this one finishes.
+    resume: a batch's "position" in first_epoch (see `epoch`): the stream goes on right
+    after that batch, exactly as it would have."""
     for epoch in range(first_epoch, self.epochs):
-      for batch in self.epoch(epoch):
+      for batch in self.epoch(epoch, resume if epoch == first_epoch else None):
         yield epoch, batch
       yield epoch, None
 
-  def epoch(self, epoch: int) -> Iterator[dict]:
+  def epoch(self, epoch: int, resume: Optional[dict] = None) -> Iterator[dict]:
     """Batches of one epoch. Each: centers/contexts [chunks, chunk_size] int32,
     negatives [chunks, chunk_size, k] int32, lr [chunks] float32, num_pairs int32 (the
-    rest is padding), and host-side stats `words` (kept centre words it finishes)."""
+    rest is padding), and host-side `words` (kept centre words it finishes) and
+    `position`: {"pairs": the epoch's pairs up to this batch, "rng": the generator's
+    state after it} (JSON), from which `resume` continues the epoch after that batch.
+
+    Resuming redoes only the epoch's first draws (subsampling, windows) and the pairs of
+    the blocks before the position (numpy, no draws), then sets the generator to the
+    saved state: the negatives of the skipped batches, most of the host's work and the
+    only draws after the first, are not drawn again.
+    """
     rng = np.random.default_rng((self.seed, epoch))  # per epoch: resumable by epoch
     c = self.corpus
     keep = subsample(rng, c.ids, self.keep_prob)
@@ -288,21 +299,35 @@ class SkipGramBatches:
     windows = rng.integers(1, self.window + 1, ids.shape[0])
     block = max(1, self.batch_pairs // (self.window + 1))  # about one batch of pairs
     pending: list[tuple[np.ndarray, ...]] = []
-    have, words = 0, 0
+    have, words, emitted = 0, 0, 0
+    skip = 0 if resume is None else int(resume["pairs"])  # pairs trained before `resume`
     for start in range(0, ids.shape[0], block):
       stop = min(start + block, ids.shape[0])
       ctr, ctx, pos = window_pairs(ids, sent, windows[start:stop], self.window, start, stop)
+      if skip:  # this block's words went to the batches before `resume`
+        cut = min(skip, ctr.shape[0])
+        ctr, ctx, pos, skip, emitted = ctr[cut:], ctx[cut:], pos[cut:], skip - cut, emitted + cut
+        if not skip:
+          rng.bit_generator.state = resume["rng"]
+      else:
+        words += stop - start
       pending.append((ctr, ctx, orig_pos[pos]))
       have += ctr.shape[0]
-      words += stop - start
       while have >= self.batch_pairs:
         batch, pending = self._take(pending, self.batch_pairs)
         have -= self.batch_pairs
-        yield self._finish(rng, epoch, batch, words)
+        emitted += self.batch_pairs
+        yield self._finish(rng, epoch, batch, words, emitted)
         words = 0
+    if skip:
+      raise ValueError(
+          f"word2vec: a checkpoint's position in epoch {epoch + 1} is pair {resume['pairs']}, "
+          f"but this run's epoch has {emitted} pairs: the corpus or the stream's settings "
+          "(data.window, data.sample, train.chunk_size, train.chunks_per_step, seed) changed "
+          "since it was saved. Use a new --workdir, or the config it was saved with.")
     if have or words:
       batch, _ = self._take(pending, have)
-      yield self._finish(rng, epoch, batch, words)
+      yield self._finish(rng, epoch, batch, words, emitted + have)
 
   @staticmethod
   def _take(pending, n):
@@ -314,7 +339,7 @@ class SkipGramBatches:
     rest = [(ctr[n:], ctx[n:], pos[n:])] if ctr.shape[0] > n else []
     return (ctr[:n], ctx[:n], pos[:n]), rest
 
-  def _finish(self, rng, epoch, batch, words) -> dict:
+  def _finish(self, rng, epoch, batch, words, emitted) -> dict:
     ctr, ctx, pos = batch
     n, size, k = ctr.shape[0], self.batch_pairs, self.negatives
     neg = draw_negatives(self.sampler, rng, ctx, k)
@@ -327,7 +352,8 @@ class SkipGramBatches:
     return dict(centers=pad(ctr, (self.chunks, self.chunk_size)),
                 contexts=pad(ctx, (self.chunks, self.chunk_size)),
                 negatives=pad(neg, (self.chunks, self.chunk_size, k)),
-                lr=lr.astype(np.float32), num_pairs=np.int32(n), words=words)
+                lr=lr.astype(np.float32), num_pairs=np.int32(n), words=words,
+                position=dict(pairs=int(emitted), rng=rng.bit_generator.state))
 
 
 def prefetch(iterator: Iterator, size: int = 2) -> Iterator:

@@ -2,8 +2,9 @@
 
 `python -m bert_jax.main --config configs/word2vec.py --workdir DIR` lands here (the
 registry's TRAINERS: word2vec has no TrainState and no Task). Like BERT's loop it
-writes TensorBoard + metrics.jsonl (train/writer.MetricWriter) and an Orbax checkpoint
-per epoch (checkpoint.Checkpointer), and a rerun resumes from it. The host thread
+writes TensorBoard + metrics.jsonl (train/writer.MetricWriter) and Orbax checkpoints
+(checkpoint.Checkpointer) at every epoch's end, every train.checkpoint_every_steps and at
+a SIGTERM / Ctrl-C stop, and a rerun resumes from the newest, inside an epoch too. The host thread
 builds the next batch (data.prefetch) while the device runs the sparse step of
 step.py; at the end the vectors are exported and evaluated (vectors.py).
 
@@ -81,12 +82,15 @@ def start_cpu_backend_single_threaded() -> bool:
   return True
 
 
-class _EpochCheckpoints:
+class _WorkdirCheckpoints:
   """The default checkpoint_fn / restore_fn: Orbax checkpoints in workdir/checkpoints.
 
-  One per epoch through bert_jax.checkpoint.Checkpointer (keep-last-K, async saves, an
-  unreadable step falls back to the previous one), meta = task, config, vocabulary. The
-  stream is seeded per epoch, so the state alone resumes the run: no data iterator item.
+  Through bert_jax.checkpoint.Checkpointer (keep-last-K, async saves, an unreadable step
+  falls back to the previous one), meta = task, config, vocabulary. One at every epoch's
+  end, and inside an epoch (every train.checkpoint_every_steps, and at a SIGTERM / Ctrl-C
+  stop) with the stream's position in meta["position"] (`save`), from which a rerun goes
+  on after that very batch. The arrays are the same either way, so checkpoints saved
+  before positions existed restore as epoch ends.
   """
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, vocab, rows: int):
@@ -97,9 +101,12 @@ class _EpochCheckpoints:
     self.meta = dict(task=config.task, config=config.to_dict(), vocab_size=len(vocab),
                      vocab_sha256=hashlib.sha256("\n".join(vocab.words).encode()).hexdigest(),
                      table_rows=rows, embed_dim=config.model.embed_dim)
+    self.position: Optional[dict] = None  # the restored checkpoint's, if inside an epoch
 
-  def save(self, step: int, state: dict) -> None:
-    self.ckpt.save(step, state, self.meta)
+  def save(self, step: int, state: dict, position: Optional[dict] = None) -> None:
+    """position: None at an epoch's end; inside one, the last batch's "position"
+    (data.SkipGramBatches.epoch) plus the epoch's "batches", "words" and "loss_sum" so far."""
+    self.ckpt.save(step, state, dict(self.meta, position=position) if position else self.meta)
 
   def restore(self, state: dict) -> Optional[dict]:
     """The newest checkpoint onto `state`'s shapes and shardings (so any mesh), or None."""
@@ -135,6 +142,7 @@ class _EpochCheckpoints:
     changed = _config_changes(meta.get("config", {}), self.meta["config"])
     if changed:  # e.g. train.epochs: the learning-rate decay now spans another length
       log("word2vec: config changed since the checkpoint: " + ", ".join(changed))
+    self.position = meta.get("position")
     return restored
 
   def close(self) -> None:
@@ -228,8 +236,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """Trains word2vec in `workdir`, resuming from its checkpoints; exports, evaluates.
 
   Without hooks (the command line): metrics to TensorBoard + metrics.jsonl (MetricWriter)
-  and, with train.checkpoint, an Orbax checkpoint per epoch in workdir/checkpoints; a
-  rerun resumes at the last saved epoch, and a finished run is only evaluated again.
+  and, with train.checkpoint, Orbax checkpoints in workdir/checkpoints at every epoch's
+  end, every train.checkpoint_every_steps (0: none between) and at a SIGTERM / Ctrl-C
+  stop; a rerun resumes right after the newest one's step, inside its epoch too (the same
+  vectors as an uninterrupted run), and a finished run is only evaluated again.
 
   Args:
     config: configs/word2vec.py's ConfigDict.
@@ -238,7 +248,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       the MetricWriter.
     checkpoint_fn: checkpoint_fn(step, state), called after every epoch.
     restore_fn: restore_fn(initial_state) -> a saved state (same structure) or None;
-      training resumes at the restored state's epoch (the data stream is seeded per epoch).
+      training resumes at the start of the restored state's epoch (the data stream is
+      seeded per epoch; positions inside an epoch are the workdir checkpoints').
       Passing either of checkpoint_fn / restore_fn replaces the workdir checkpoints.
 
   Returns:
@@ -280,7 +291,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   log_fn = log_fn or writer.write_scalars
   ckpt = None
   if checkpoint_fn is None and restore_fn is None and t.checkpoint:
-    ckpt = _EpochCheckpoints(config, workdir, vocab, step_lib.padded_vocab_size(len(vocab), mesh))
+    ckpt = _WorkdirCheckpoints(config, workdir, vocab,
+                               step_lib.padded_vocab_size(len(vocab), mesh))
     checkpoint_fn, restore_fn = ckpt.save, ckpt.restore
   if writer is not None:  # each step logged once, also when a killed run is rerun
     restore_inner = restore_fn
@@ -291,7 +303,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
       return restored
   try:
     out = _train_export_evaluate(config, workdir, vocab, batches, mesh, state,
-                                 state_shardings, log_fn, checkpoint_fn, restore_fn)
+                                 state_shardings, log_fn, checkpoint_fn, restore_fn, ckpt)
     if writer is not None and not out.get("preempted"):  # the config beside the scores
       writer.write_hparams(config.to_dict(), _logged_names(out["metrics"]))
     return out
@@ -303,15 +315,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 
 def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_shardings,
-                           log_fn, checkpoint_fn, restore_fn) -> dict:
-  """train_and_evaluate after the setup: restore, train the remaining epochs, export."""
+                           log_fn, checkpoint_fn, restore_fn,
+                           inside: Optional[_WorkdirCheckpoints]) -> dict:
+  """train_and_evaluate after the setup: restore, train the remaining epochs, export.
+  inside: the workdir checkpoints, which also save and resume inside an epoch (None with
+  the caller's hooks: those see epoch ends only)."""
   t = config.train
-  # ---- state: the newest saved one, if any
+  # ---- state: the newest saved one, if any (and where in its epoch it was saved)
+  position = None
   if restore_fn is not None:
     restored = restore_fn(state)
     if restored is not None:
       state = restored
-      log(f"word2vec: resumed at epoch {int(state['epoch'])}, step {int(state['step'])}")
+      position = inside.position if inside is not None else None
+      log(f"word2vec: resumed at epoch {int(state['epoch'])}, step {int(state['step'])}" +
+          (f", after batch {position['batches']} of epoch {int(state['epoch']) + 1}"
+           if position else ""))
   first_epoch = int(state["epoch"])
   finished = first_epoch >= t.epochs
   if finished:
@@ -330,55 +349,84 @@ def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_s
   # device runs this one; the first ones are built while the step compiles.
   step = int(state["step"])
   train_start = epoch_start = time.time()
-  stream = () if finished else w2v_data.prefetch(batches.stream(first_epoch), t.prefetch)
-  words_done = pairs_done = 0
-  losses, ep_pairs, ep_words = [], 0, 0
-  # SIGTERM / Ctrl-C: stop after this step (several processes: after the step they agree
-  # on, multihost.StopVote). The epoch is the unit of resume (the stream is seeded per
-  # epoch), so nothing is saved mid-epoch: a rerun resumes at the last epoch checkpoint.
+  stream = () if finished else w2v_data.prefetch(batches.stream(first_epoch, position),
+                                                 t.prefetch)
+  words_done = pairs_done = 0  # trained by this process (a resume's earlier part not counted)
+  # The epoch so far: a resume inside it starts from the saved sums (the epoch's mean
+  # loss then adds the same float32 terms in the same order as the uninterrupted run).
+  losses, ep_pairs, ep_words, ep_batches = (
+      ([position["loss_sum"]], position["pairs"], position["words"], position["batches"])
+      if position else ([], 0, 0, 0))
+  ep_resumed_words = ep_words  # the epoch's rate counts what this process trained
+  # Saves inside an epoch: every train.checkpoint_every_steps, and the step a SIGTERM /
+  # Ctrl-C stops after (several processes: the step they agree on, multihost.StopVote).
+  # Made when the next batch of the same epoch arrives, so a step that ends an epoch is
+  # saved once, as the epoch's end.
+  every = int(t.get("checkpoint_every_steps", 0) or 0) if inside is not None else 0
   several = jax.process_count() > 1 and not finished
   agree = multihost.StopVote().cast if several else (lambda name: name)
-  stopped_by = ""
+  stopped_by, save_due, saved, last = "", False, "", None
   with Preemption(agreed=several) as preempt:
     for epoch, batch in stream:
       if batch is not None:
+        if save_due:
+          inside.save(step, state, dict(last, batches=ep_batches, words=ep_words,
+                                        loss_sum=float(sum(losses))))
+          save_due = False
+          if stopped_by:
+            saved = (f"saved step {step} (batch {ep_batches} of epoch {epoch + 1}): a rerun "
+                     "resumes right after it.")
+            break
         arrays = {k: jax.device_put(batch[k], put[k]) for k in put}
         state, loss = step_fn(state, arrays)
         step += 1
         losses.append(loss)
         ep_pairs += int(batch["num_pairs"])
         ep_words += batch["words"]
+        ep_batches += 1
+        words_done, pairs_done = words_done + batch["words"], pairs_done + int(batch["num_pairs"])
+        last = batch["position"]
         if step % t.log_every_steps == 0:
-          rate = (words_done + ep_words) / (time.time() - train_start)
+          rate = words_done / (time.time() - train_start)
           mean_loss = _mean_loss(losses, ep_pairs, step)
           lr = float(batch["lr"][-1])
           log(f"epoch {epoch + 1}/{t.epochs} step {step} | loss {mean_loss:.4f} | lr "
               f"{lr:.5f} | {rate:,.0f} words/s")
           log_fn(step, {"train/loss": mean_loss, "train/learning_rate": lr,
                         "perf/words_per_sec": rate})
+        save_due = save_due or bool(every and step % every == 0)
         stopped_by = agree(preempt.name)
         if stopped_by:
-          break
+          if inside is None:  # the caller's hooks save epoch ends only
+            break
+          save_due = True
         continue
-      # End of an epoch.
+      # End of an epoch (its checkpoint also serves a save that was due).
       mean_loss = _mean_loss(losses, ep_pairs, step)   # waits for the epoch's last step
-      words_done, pairs_done = words_done + ep_words, pairs_done + ep_pairs
       seconds = time.time() - epoch_start
+      ep_rate = (ep_words - ep_resumed_words) / seconds
       log(f"epoch {epoch + 1}/{t.epochs} done: {ep_words} effective words, {ep_pairs} "
-          f"pairs, loss {mean_loss:.4f}, {seconds:.1f}s, {ep_words / seconds:,.0f} words/s")
+          f"pairs, loss {mean_loss:.4f}, {seconds:.1f}s, {ep_rate:,.0f} words/s")
       state = dict(state, epoch=jax.device_put(np.int32(epoch + 1), state_shardings["epoch"]))
       log_fn(step, {"train/epoch": epoch + 1, "train/epoch_loss": mean_loss,
-                    "perf/epoch_words_per_sec": ep_words / seconds})
+                    "perf/epoch_words_per_sec": ep_rate})
       if checkpoint_fn is not None:
         checkpoint_fn(step, state)
-      losses, ep_pairs, ep_words, epoch_start = [], 0, 0, time.time()
+      losses, ep_pairs, ep_words, ep_batches, epoch_start = [], 0, 0, 0, time.time()
+      ep_resumed_words = 0
+      save_due = False
+      if stopped_by:
+        saved = f"saved the end of epoch {epoch + 1} (step {step}): a rerun resumes there."
+        break
   if stopped_by:
     jax.block_until_ready(state)
-    if checkpoint_fn is None:
+    if saved:
+      rerun = saved
+    elif checkpoint_fn is None:
       rerun = "no checkpoints (train.checkpoint=False): a rerun starts over."
     elif epoch == 0:
       rerun = "no epoch has finished yet: a rerun starts over."
-    else:  # the stream is seeded per epoch: its checkpoints are the points of resume
+    else:  # the caller's hooks: their checkpoints are the epochs' ends
       rerun = f"a rerun resumes from the checkpoint of epoch {epoch}, the start of this one."
     log(f"word2vec: {stopped_by}: stopped after step {step}, in epoch {epoch + 1}/{t.epochs}; "
         f"{rerun}")

@@ -148,3 +148,44 @@ def test_batches_pad_and_decay_the_learning_rate():
   again = next(batches.epoch(0))
   np.testing.assert_array_equal(again["negatives"], first["negatives"])
   assert not np.array_equal(b1[0]["negatives"], first["negatives"])
+
+
+def test_an_epoch_resumed_after_any_batch_goes_on_as_it_would_have():
+  """epoch(e, resume=batch k's position) yields exactly batches k+1.. of the epoch (arrays,
+  words, learning rates, positions), for every k: including after a block that gave two
+  batches (long sentences, many pairs a centre) and among one-word sentences (centres
+  without pairs)."""
+  rng = np.random.default_rng(3)
+  lengths = [int(n) for n in rng.choice([1, 1, 2, 9, 40, 120], 60)]
+  corpus = w2v.EncodedCorpus(rng.integers(0, 50, sum(lengths)).astype(np.int32),
+                             np.repeat(np.arange(60), lengths).astype(np.int32),
+                             np.array(lengths))
+  batches = w2v.SkipGramBatches(corpus, np.bincount(corpus.ids, minlength=50) + 1, window=4,
+                                negatives=3, sample=1e-2, chunk_size=8, chunks=4, epochs=2)
+  whole = list(batches.epoch(1))
+  assert len(whole) > 100
+  words = [b["words"] for b in whole]
+  assert 0 in words[:-1] and sum(words) <= corpus.ids.shape[0]  # a block gave two batches
+  # After the first batches, around every block that gave two, every 25th and the last
+  # but one (each k regenerates the epoch's pairs: all ~200 would take 15 s).
+  two = [i for i, w in enumerate(words[:-1]) if w == 0]
+  ks = sorted({0, 1, len(whole) - 2, *range(0, len(whole), 25),
+               *(k for i in two for k in (i - 2, i - 1, i) if k >= 0)})
+  for k in ks:
+    rest = list(batches.epoch(1, resume=whole[k]["position"]))
+    assert len(rest) == len(whole) - k - 1, k
+    assert all(got.keys() == want.keys() for got, want in zip(rest, whole[k + 1:]))
+    for key in ("centers", "contexts", "negatives", "lr", "num_pairs"):
+      np.testing.assert_array_equal(np.stack([b[key] for b in rest]),
+                                    np.stack([b[key] for b in whole[k + 1:]]), f"{k} {key}")
+    assert [(b["words"], b["position"]) for b in rest] == [
+        (b["words"], b["position"]) for b in whole[k + 1:]], k
+  # The stream resumes in its first epoch only, then runs the next epochs from their start.
+  stream = list(batches.stream(0, resume=list(batches.epoch(0))[2]["position"]))
+  assert [e for e, b in stream if b is None] == [0, 1]
+  np.testing.assert_array_equal(stream[-2][1]["negatives"], whole[-1]["negatives"])
+  # A position past this epoch's pairs (another corpus or settings) is one clear error.
+  far = dict(whole[-2]["position"], pairs=10 ** 9)
+  with pytest.raises(ValueError, match=r"position in epoch 2 is pair 1000000000, but this "
+                                       r"run's epoch has \d+ pairs: the corpus or the stream"):
+    list(batches.epoch(1, resume=far))

@@ -310,9 +310,15 @@ def test_a_rerun_on_a_mesh_that_pads_the_tables_otherwise_resumes(tmp_path, monk
                              rtol=1e-5, atol=1e-6)
 
 
-def test_sigterm_stops_after_the_step_and_the_rerun_resumes_from_the_epoch(tmp_path):
-  """A SIGTERM in epoch 2 stops the run after that step: nothing exported, epoch 1's
-  checkpoint kept; the rerun redoes epoch 2 and ends with the uninterrupted run's vectors."""
+def _epoch_losses(workdir) -> list[float]:
+  rows = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  return [r["train/epoch_loss"] for r in rows if "train/epoch_loss" in r]
+
+
+def test_sigterm_saves_its_step_and_the_rerun_resumes_inside_the_epoch(tmp_path):
+  """A SIGTERM in epoch 2 stops the run after that step and saves it, with the stream's
+  position: nothing exported; the rerun trains only the rest of epoch 2 and ends with the
+  uninterrupted run's vectors and epoch losses (bit for bit)."""
   config = tiny_config(tmp_path)
   config.train.log_every_steps = 1
   full = task.train_and_evaluate(config, str(tmp_path / "full"))
@@ -327,11 +333,38 @@ def test_sigterm_stops_after_the_step_and_the_rerun_resumes_from_the_epoch(tmp_p
   stopped = task.train_and_evaluate(config, workdir, log_fn=log_fn)
   assert (stopped["preempted"], stopped["stopped_by"], stopped["step"]) == (
       True, "SIGTERM", first + 2)
-  assert stopped["word_vectors"] is None and checkpoint_steps(workdir) == [first]
+  assert stopped["word_vectors"] is None and checkpoint_steps(workdir) == [first, first + 2]
   assert signal.getsignal(signal.SIGTERM) is before  # the handler is put back
+  position = ckpt_lib.read_meta(os.path.join(workdir, "checkpoints", str(first + 2)))["position"]
+  assert position["batches"] == 2 and position["pairs"] > 0 and "rng" in position
   resumed = task.train_and_evaluate(config, workdir)
   assert int(resumed["state"]["step"]) == int(full["state"]["step"])
   np.testing.assert_array_equal(resumed["word_vectors"].vectors, full["word_vectors"].vectors)
+  assert resumed["metrics"]["effective_words"] < full["metrics"]["effective_words"] / 2
+  # Epoch 2's mean loss, of steps before and after the stop (the stopped run logged to
+  # log_fn, so the workdir's metrics.jsonl holds the rerun's lines only).
+  assert _epoch_losses(workdir) == _epoch_losses(str(tmp_path / "full"))[1:]
+
+
+def test_checkpoints_every_n_steps_resume_inside_an_epoch(tmp_path, monkeypatch):
+  """train.checkpoint_every_steps saves inside an epoch (not again at a step that ends
+  one); a run killed right after the first such save resumes there exactly."""
+  config = tiny_config(tmp_path)
+  config.train.checkpoint_every_steps = 3
+  config.train.keep_checkpoints = 10
+  full_dir, workdir = str(tmp_path / "full"), str(tmp_path / "run")
+  full = task.train_and_evaluate(config, full_dir)
+  steps, end = checkpoint_steps(full_dir), int(full["state"]["step"])
+  epoch_ends = [s for s in steps if "position" not in ckpt_lib.read_meta(
+      os.path.join(full_dir, "checkpoints", str(s)))]
+  assert len(epoch_ends) == 2 and epoch_ends[-1] == end
+  assert sorted(set(range(3, end, 3)) | set(epoch_ends)) == steps
+  _stop_after_the_first_save(config, workdir, monkeypatch)
+  assert checkpoint_steps(workdir) == [3] and 3 < epoch_ends[0]
+  resumed = task.train_and_evaluate(config, workdir)
+  assert checkpoint_steps(workdir) == steps
+  np.testing.assert_array_equal(resumed["word_vectors"].vectors, full["word_vectors"].vectors)
+  assert _epoch_losses(workdir) == _epoch_losses(full_dir)
 
 
 def test_default_run_writes_tensorboard_and_metrics_jsonl(tmp_path):
