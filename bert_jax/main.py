@@ -83,6 +83,8 @@ def run(config, workdir: str):
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  from bert_jax.train import preemption  # pylint: disable=g-import-not-at-top
+  preemption.HOLD_SIGTERM_AFTER_A_STOP = True  # this process ends with the run
   library_logs_at_warning()
   compile_cache.set_compilation_cache(FLAGS.compilation_cache)
   _maybe_initialize_distributed()

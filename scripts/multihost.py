@@ -8,6 +8,11 @@ eval metrics with the one-process run of the same mesh:
 
   .venv/bin/python scripts/multihost.py                        # the full matrix (RESULTS)
   .venv/bin/python scripts/multihost.py --tasks pretraining --meshes 1,1,8 --processes 1,2
+  .venv/bin/python scripts/multihost.py --tasks word2vec --meshes "1,1,8;2,2,2" --processes 1,2 --stop
+
+--stop replaces each multi-process run by two stopped ones (a SIGTERM to the last process
+only; to every process, 1 s apart), each rerun to the end: every process must stop after
+the same step, save it and exit 0, and the rerun's losses equal the one-process run's.
 
 tests/train/test_loop_multihost.py runs two of its meshes ((1, 1, 8), then (2, 1, 4)) on 2 processes against one process, through stops and restores.
 """
@@ -16,9 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import numpy as np
@@ -40,10 +48,11 @@ _TINY_MODEL = ["--config.model.hidden_size=32", "--config.model.num_heads=8",
                "--config.model.attention_dropout_rate=0.0"]
 
 
-def task_flags(task: str, data_dir: str, num_steps: int = 6) -> list[str]:
+def task_flags(task: str, data_dir: str, num_steps: int = 6, steps_a_stop: bool = False) -> list[str]:
   """Flags of a tiny run of `task` on tests/testdata's corpus: 8 heads (so a tensor axis of 8
   splits them), dropout 0 (the per-step losses are then a function of the data alone),
-  batch 16, every step logged, one eval at the end."""
+  batch 16, every step logged, one eval at the end. steps_a_stop: word2vec in batches of
+  32 pairs (~30 steps an epoch, not 1), so a stop at step 3 falls inside its first epoch."""
   common = [f"--config.train.num_steps={num_steps}", "--config.train.batch_size=16",
             "--config.train.log_every=1", f"--config.train.eval_every={num_steps}",
             f"--config.train.checkpoint_every={num_steps}", "--config.train.warmup_steps=2",
@@ -67,15 +76,20 @@ def task_flags(task: str, data_dir: str, num_steps: int = 6) -> list[str]:
             "--config.train.chunk_size=64", "--config.train.epochs=2",
             "--config.train.chunks_per_step=16", "--config.train.log_every_steps=1",
             "--config.model.embed_dim=16", "--config.train.async_checkpoints=False",
-            "--config.export_format=none"]
+            "--config.export_format=none"] + (
+                ["--config.train.chunk_size=8", "--config.train.chunks_per_step=4"]
+                if steps_a_stop else [])
   raise ValueError(f"unknown task {task!r}: expected pretraining, lm or word2vec")
 
 
 def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 900,
-           env: dict | None = None) -> list[fault_campaign.Run]:
+           env: dict | None = None, stop_at: int = 0,
+           stop: tuple[tuple[int, float], ...] = ()) -> list[fault_campaign.Run]:
   """Runs `python -m bert_jax.main FLAGS --workdir WORKDIR` as `processes` processes of
   8/processes fake CPU devices each (one process: no jax.distributed); returns each one's
-  Run once all ended (all are killed at `timeout`)."""
+  Run once all ended (all are killed at `timeout`). stop: (process, delay s) pairs, each
+  sent a SIGTERM `delay` seconds after process 0 logs step `stop_at` (the loop's `step
+  k/N`, word2vec's `epoch e/E step k`)."""
   per = DEVICES // processes
   base = dict(env or fault_campaign.child_env(),
               XLA_FLAGS=fault_campaign.xla_flags(per), JAX_PLATFORMS="cpu")
@@ -89,16 +103,31 @@ def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 9
                             cwd=ROOT, env=base, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
            for i in range(processes)]
+  outs = [[] for _ in procs]
+  at = re.compile(rf"^(epoch \d+/\d+ )?step {stop_at}\b")
+
+  def read(i):
+    for line in procs[i].stdout:
+      outs[i].append(line)
+      if i == 0 and stop and at.match(line):
+        for target, delay in stop:
+          threading.Timer(delay, procs[target].send_signal, (signal.SIGTERM,)).start()
+
+  readers = [threading.Thread(target=read, args=(i,), daemon=True) for i in range(processes)]
+  for r in readers:
+    r.start()
   runs = []
-  for p in procs:
+  for i, p in enumerate(procs):
     try:
-      out, _ = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+      p.wait(timeout=max(1.0, timeout - (time.monotonic() - t0)))
     except subprocess.TimeoutExpired:
       for q in procs:
         q.kill()
-      out, _ = p.communicate()
-      out += f"\n[multihost] killed after {timeout:.0f} s"
-    runs.append(fault_campaign.Run(p.returncode, time.monotonic() - t0, out, False, None))
+      p.wait()
+      outs[i].append(f"\n[multihost] killed after {timeout:.0f} s")
+    readers[i].join()
+    runs.append(fault_campaign.Run(p.returncode, time.monotonic() - t0, "".join(outs[i]),
+                                   False, None))
   return runs
 
 
@@ -131,6 +160,10 @@ def compare(ref: str, other: str) -> tuple[float, float, int]:
           max([rel(e1[s][k], e2[s][k]) for s, k in keys(e1)] or [0.0]), len(l1))
 
 
+STOP_AT = 3  # --stop: the step process 0 logs when the SIGTERMs leave
+SAVED = re.compile(r"stopped after step (\d+)|: saved step (\d+)")
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--tasks", default="pretraining,lm")
@@ -138,6 +171,11 @@ def main(argv=None) -> int:
                  help="';'-separated data,fsdp,tensor shapes")
   p.add_argument("--processes", default=",".join(map(str, PROCESSES)))
   p.add_argument("--steps", type=int, default=6)
+  p.add_argument("--stop", action="store_true",
+                 help=f"several processes: instead of one run, two stopped by SIGTERM when "
+                      f"process 0 logs step {STOP_AT} (to the last process only; to every "
+                      "process, 1 s apart), each rerun to the end on its workdir; the "
+                      "losses are compared as above")
   p.add_argument("--out", default=None, help="a JSON file for the table's rows")
   a = p.parse_args(argv)
   meshes = [tuple(int(x) for x in m.split(",")) for m in a.meshes.split(";")]
@@ -150,29 +188,44 @@ def main(argv=None) -> int:
         "block | max rel. loss diff | max rel. eval diff | steps | wall s |")
   print("|---|---|---|---|---|---|---|---|---|")
   for task in a.tasks.split(","):
-    flags = task_flags(task, os.path.join(root, "data"), a.steps)
+    flags = task_flags(task, os.path.join(root, "data"), a.steps, steps_a_stop=a.stop)
     for mesh in meshes:
       mesh_flag = f"--config.mesh_shape=({','.join(map(str, mesh))})"
       ref = None
       for n in counts:
-        workdir = os.path.join(root, f"{task}_{'x'.join(map(str, mesh))}_{n}")
-        runs = launch(flags + [mesh_flag], n, workdir, env=env)
-        shards = _layout(runs[0].output)
-        if any(r.returncode for r in runs):
-          failed += 1
-          tail = "\n".join(r.output[-1500:] for r in runs if r.returncode)
-          print(f"| {task} | {mesh} | {n} x {DEVICES // n} | FAILED | | | | | |\n{tail}")
-          continue
-        if ref is None:
-          ref = workdir
-        dl, de, steps = compare(ref, workdir)
-        if max(dl, de) > 1e-5:
-          failed += 1
-        row = dict(task=task, mesh=mesh, processes=n, loss_rel=dl, eval_rel=de, steps=steps,
-                   seconds=round(runs[0].seconds, 1), layout=shards)
-        rows.append(row)
-        print(f"| {task} | {mesh} | {n} x {DEVICES // n} | {shards} | {dl:.1e} | {de:.1e} | "
-              f"{steps} | {row['seconds']} |", flush=True)
+        cases = [("", ())]
+        if a.stop and n > 1:
+          cases = [("SIGTERM to the last process", ((n - 1, 0.0),)),
+                   ("SIGTERM to all, 1 s apart", tuple((i, float(i)) for i in range(n)))]
+        for k, (what, stop) in enumerate(cases):
+          workdir = os.path.join(root, f"{task}_{'x'.join(map(str, mesh))}_{n}_{k}")
+          runs = launch(flags + [mesh_flag], n, workdir, env=env, stop_at=STOP_AT, stop=stop)
+          shards, seconds = _layout(runs[0].output), round(runs[0].seconds, 1)
+          problem = ""
+          if stop:  # every process stopped (exit 0) after the same saved step, then a rerun
+            saved = {next(g for g in m.groups() if g) for r in runs
+                     for m in [SAVED.search(r.output)] if m}
+            if any(r.returncode for r in runs) or len(saved) != 1:
+              problem = f"stopped with exits {[r.returncode for r in runs]}, steps {saved}"
+            else:
+              what += f" at step {STOP_AT}: all saved step {saved.pop()}"
+              runs = launch(flags + [mesh_flag], n, workdir, env=env)
+          if problem or any(r.returncode for r in runs):
+            failed += 1
+            tail = "\n".join(r.output[-1500:] for r in runs)
+            print(f"| {task} | {mesh} | {n} x {DEVICES // n} | FAILED {what} {problem} | | | | | |"
+                  f"\n{tail}")
+            continue
+          if ref is None:
+            ref = workdir
+          dl, de, steps = compare(ref, workdir)
+          if max(dl, de) > 1e-5:
+            failed += 1
+          row = dict(task=task, mesh=mesh, processes=n, loss_rel=dl, eval_rel=de, steps=steps,
+                     seconds=seconds, layout=shards, stop=what)
+          rows.append(row)
+          print(f"| {task} | {mesh} | {n} x {DEVICES // n}{', ' + what if what else ''} | "
+                f"{shards} | {dl:.1e} | {de:.1e} | {steps} | {seconds} |", flush=True)
   print(f"load after: {os.getloadavg()[0]:.2f}")
   if a.out:
     with open(a.out, "w") as f:
@@ -182,7 +235,6 @@ def main(argv=None) -> int:
 
 def _layout(output: str) -> str:
   """'2 | 2' (row shards | hosts per block) from main's start-up line."""
-  import re  # pylint: disable=g-import-not-at-top
   m = re.search(r"(\d+) row shards \(each block on (\d+) host", output)
   return f"{m.group(1)} | {m.group(2)}" if m else "? | ?"
 

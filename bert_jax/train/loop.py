@@ -364,6 +364,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
                   metrics=last_eval if scored_now else None)
       window.t0 += time.perf_counter() - paused  # (the ETA's rate keeps them: real time)
       if stopped_by:
+        preempt.stopping = True
         log_stop(stopped_by, step, ckpt.directory)
         break
 

@@ -13,6 +13,14 @@ import jax
 
 from bert_jax.train.writer import log
 
+# Set by the command line (main.py), whose process ends with the run: once a run has
+# stopped on a signal, later SIGTERMs are ignored until the process exits. SIG_IGN, not a
+# Python handler: the interpreter's finalization puts Python handlers back to the
+# default (a SIGTERM then still killed the process, seen in scripts/multihost.py --stop),
+# but keeps an ignored signal ignored. Off for in-process callers (tests, notebooks),
+# whose handlers are put back as they were.
+HOLD_SIGTERM_AFTER_A_STOP = False
+
 
 class Preemption:
   """SIGTERM (preemption) or a first Ctrl-C (SIGINT) sets a flag: the loop saves at the
@@ -28,6 +36,12 @@ class Preemption:
   def __init__(self, agreed: bool = False):
     self.requested = False
     self.name = ""  # of the signal that asked
+    # Set by the loop when the run stops on a signal (this process's or the agreed one).
+    # Another host's preemption notice, or a supervisor's repeat, can reach this process
+    # while it writes its last save and shuts down (with several processes that is
+    # common: the one whose own SIGTERM comes last has usually stopped on the vote
+    # already); Python's default would then kill it mid-way, exit status -15, not 0.
+    self.stopping = False
     self._previous = {}
     self._when = "the end of the next step, once every process agrees" if agreed else (
         "the end of this step")
@@ -48,6 +62,8 @@ class Preemption:
   def __exit__(self, *exc):
     for s, previous in self._previous.items():
       signal.signal(s, previous)
+    if self._previous and self.stopping and HOLD_SIGTERM_AFTER_A_STOP:
+      signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def log_stop(signal_name: str, step: int, directory) -> None:

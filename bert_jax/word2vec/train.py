@@ -397,6 +397,7 @@ def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_s
         save_due = save_due or bool(every and step % every == 0)
         stopped_by = agree(preempt.name)
         if stopped_by:
+          preempt.stopping = True
           if inside is None:  # the caller's hooks save epoch ends only
             break
           save_due = True

@@ -141,6 +141,29 @@ def test_a_first_ctrl_c_asks_for_a_save_a_second_interrupts(capsys):
     assert preempt.requested and preempt.name == "SIGTERM"
 
 
+def test_the_command_line_ignores_sigterm_once_its_run_has_stopped(monkeypatch):
+  """After a stop (its own signal or the processes' vote), the command line's process
+  ignores SIGTERM until it exits (SIG_IGN: a Python handler is reset to the default during
+  interpreter shutdown, where a SIGTERM 1 s after another host's killed a stopped process
+  with -15; scripts/multihost.py --stop). A run that did not stop, and any in-process
+  caller, get their handlers back."""
+  before = signal.getsignal(signal.SIGTERM)
+  try:
+    with preemption.Preemption() as preempt:
+      preempt.stopping = True
+    assert signal.getsignal(signal.SIGTERM) is before  # in process: put back
+    monkeypatch.setattr(preemption, "HOLD_SIGTERM_AFTER_A_STOP", True)
+    with preemption.Preemption():
+      pass
+    assert signal.getsignal(signal.SIGTERM) is before  # not stopped: put back
+    with preemption.Preemption() as preempt:
+      preempt.stopping = True
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+    os.kill(os.getpid(), signal.SIGTERM)  # ignored: this test goes on
+  finally:
+    signal.signal(signal.SIGTERM, before)
+
+
 @pytest.mark.slow
 def test_three_random_sigkills_each_rerun_resumes_and_the_run_ends_exactly(
     uninterrupted, data_dir, tmp_path):
