@@ -8,13 +8,15 @@ eval metrics with the one-process run of the same mesh:
 
   .venv/bin/python scripts/multihost.py                        # the full matrix (RESULTS)
   .venv/bin/python scripts/multihost.py --tasks pretraining --meshes 1,1,8 --processes 1,2
-  .venv/bin/python scripts/multihost.py --tasks word2vec --meshes "1,1,8;2,2,2" --processes 1,2 --stop
+  .venv/bin/python scripts/multihost.py --tasks word2vec --meshes "1,1,8;2,2,2" \
+      --processes 1,2 --stop
 
 --stop replaces each multi-process run by two stopped ones (a SIGTERM to the last process
 only; to every process, 1 s apart), each rerun to the end: every process must stop after
 the same step, save it and exit 0, and the rerun's losses equal the one-process run's.
 
-tests/train/test_loop_multihost.py runs two of its meshes ((1, 1, 8), then (2, 1, 4)) on 2 processes against one process, through stops and restores.
+tests/train/test_loop_multihost.py runs two of its meshes ((1, 1, 8), then (2, 1, 4)) on 2
+processes against one process, through stops and restores.
 """
 from __future__ import annotations
 
@@ -48,7 +50,8 @@ _TINY_MODEL = ["--config.model.hidden_size=32", "--config.model.num_heads=8",
                "--config.model.attention_dropout_rate=0.0"]
 
 
-def task_flags(task: str, data_dir: str, num_steps: int = 6, steps_a_stop: bool = False) -> list[str]:
+def task_flags(task: str, data_dir: str, num_steps: int = 6,
+               steps_a_stop: bool = False) -> list[str]:
   """Flags of a tiny run of `task` on tests/testdata's corpus: 8 heads (so a tensor axis of 8
   splits them), dropout 0 (the per-step losses are then a function of the data alone),
   batch 16, every step logged, one eval at the end. steps_a_stop: word2vec in batches of

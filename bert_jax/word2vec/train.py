@@ -4,9 +4,9 @@
 registry's TRAINERS: word2vec has no TrainState and no Task). Like BERT's loop it
 writes TensorBoard + metrics.jsonl (train/writer.MetricWriter) and Orbax checkpoints
 (checkpoint.Checkpointer) at every epoch's end, every train.checkpoint_every_steps and at
-a SIGTERM / Ctrl-C stop, and a rerun resumes from the newest, inside an epoch too. The host thread
-builds the next batch (data.prefetch) while the device runs the sparse step of
-step.py; at the end the vectors are exported and evaluated (vectors.py).
+a SIGTERM / Ctrl-C stop, and a rerun resumes from the newest, inside an epoch too. The
+host thread builds the next batch (data.prefetch) while the device runs the sparse step
+of step.py; at the end the vectors are exported and evaluated (vectors.py).
 
 On several processes every host builds the same global batch from the seeded stream
 (host work is not divided: the pairs are cheap next to the step) and `device_put` places
