@@ -8,10 +8,12 @@ silent write to a local directory named `gs:`.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.util
 import os
 import shutil
+from typing import BinaryIO, Iterator
 
 from etils import epath
 
@@ -58,17 +60,29 @@ def check_workdir(path) -> None:
 
 def write_atomically(path, data) -> None:
   """Writes `data` (str or bytes) so that a reader sees the old file or the new one, never
-  a part: locally through `<path>.tmp` renamed over it; on an object store in one upload,
-  which replaces the object whole (and epath's fsspec rename refuses to overwrite)."""
+  a part (open_atomically)."""
+  with open_atomically(path) as f:
+    f.write(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+@contextlib.contextmanager
+def open_atomically(path) -> Iterator[BinaryIO]:
+  """A binary file that replaces `path` whole when the block ends without an error, for
+  output written in pieces (word vectors, exported weights): locally through
+  `<path>.tmp`, renamed over the path (an error or a kill mid-way leaves the old file, and
+  no half-written tmp after an error); on an object store through one upload, which
+  replaces the object whole when it closes (epath's fsspec rename refuses to overwrite).
+  So a rerun that writes a finished run's outputs again never leaves them truncated."""
   target = resolve(path)
-  raw = data.encode("utf-8") if isinstance(data, str) else data
   if is_remote(path):
-    target.write_bytes(raw)
+    with target.open("wb") as f:
+      yield f
     return
   target.parent.mkdir(parents=True, exist_ok=True)
   tmp = target.parent / (target.name + ".tmp")
   try:
-    tmp.write_bytes(raw)
+    with tmp.open("wb") as f:
+      yield f
     os.replace(tmp, target)
   except BaseException:
     tmp.unlink(missing_ok=True)  # a full disk: the old file stays, no half-written tmp

@@ -48,3 +48,31 @@ def test_a_missing_data_file_is_named_with_its_key(tmp_path):
   config.data.source = "tfds"  # names of datasets, not files
   config.data.eval_file = "nope"
   paths.check_config(config)
+
+
+def test_a_file_written_in_pieces_replaces_the_old_one_whole_or_not_at_all(
+    tmp_path, monkeypatch):
+  """open_atomically (word vectors, exported weights): an error part-way leaves the old
+  file and no `.tmp`; a finished block replaces it. The word2vec writer goes through it,
+  so a rerun killed while it writes a finished run's vectors again keeps them."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from bert_jax.word2vec import vectors  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "out" / "vectors.txt"
+  opened = []
+  real = paths.open_atomically
+  monkeypatch.setattr(paths, "open_atomically", lambda p: opened.append(p) or real(p))
+  vectors.save_word2vec_format(str(path), ["a", "b"], np.eye(2, dtype=np.float32))
+  assert opened == [str(path)]
+  old = path.read_bytes()
+  assert old.startswith(b"2 2\na 1 0\n")
+  with pytest.raises(RuntimeError, match="killed"):
+    with real(path) as f:
+      f.write(b"3 2\na 0 1\n")
+      raise RuntimeError("killed part-way")
+  assert path.read_bytes() == old and sorted(p.name for p in path.parent.iterdir()) == [
+      "vectors.txt"]
+  with real(path) as f:
+    f.write(b"new")
+  assert path.read_bytes() == b"new"
+  paths.write_atomically(path, "text")
+  assert path.read_text() == "text"

@@ -217,16 +217,17 @@ def save_gpt2(path: str, config: TransformerConfig, params: Any, tokenizer=None)
   hf_config, tensors = gpt2_config_dict(config, eot), params_to_gpt2(config, params)
   directory = paths.resolve(path)  # local or gs://
   directory.mkdir(parents=True, exist_ok=True)  # after every check: nothing half-written
-  (directory / "config.json").write_text(json.dumps(hf_config, indent=2))
-  (directory / "model.safetensors").write_bytes(
-      safetensors.numpy.save(tensors, metadata={"format": "pt"}))
+  paths.write_atomically(directory / "config.json", json.dumps(hf_config, indent=2))
+  paths.write_atomically(directory / "model.safetensors",
+                         safetensors.numpy.save(tensors, metadata={"format": "pt"}))
   if tokenizer is not None:
-    (directory / "tokenizer.json").write_bytes(tokenizer.to_str(pretty=True).encode())
+    paths.write_atomically(directory / "tokenizer.json", tokenizer.to_str(pretty=True))
     # AutoTokenizer's settings: the context length (truncation), the one special token.
     tok_config = {"tokenizer_class": "GPT2Tokenizer", "model_max_length": config.max_len}
     if eot is not None:
       tok_config.update(bos_token=EOT, eos_token=EOT, unk_token=EOT)
-    (directory / "tokenizer_config.json").write_text(json.dumps(tok_config, indent=2))
+    paths.write_atomically(directory / "tokenizer_config.json",
+                           json.dumps(tok_config, indent=2))
 
 
 def load_gpt2_tokenizer(path: str):

@@ -89,9 +89,10 @@ def save_hf_bert(path: str, config: TransformerConfig, params: Any,
                                    model == "sequence_classification"))
   directory = paths.resolve(path)  # local or gs://
   directory.mkdir(parents=True, exist_ok=True)
-  (directory / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-  (directory / "model.safetensors").write_bytes(
-      safetensors.numpy.save(tensors, metadata={"format": "pt"}))
+  paths.write_atomically(directory / "config.json",
+                         json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+  paths.write_atomically(directory / "model.safetensors",
+                         safetensors.numpy.save(tensors, metadata={"format": "pt"}))
   if tokenizer_or_vocab is not None:
     _save_tokenizer(path, tokenizer_or_vocab, config.max_len)
   return hf_config
@@ -129,15 +130,15 @@ def _save_tokenizer(path: str, tokenizer_or_vocab: Any, model_max_length: int) -
       if not names:
         raise FileNotFoundError(f"No vocab.txt or tokenizer.json in {src}.")
       for name in names:
-        (directory / name).write_bytes((src / name).read_bytes())
+        paths.write_atomically(directory / name, (src / name).read_bytes())
     else:
-      (directory / "vocab.txt").write_bytes(src.read_bytes())
+      paths.write_atomically(directory / "vocab.txt", src.read_bytes())
     return
   from bert_jax.data.tokenizer import save_vocab  # pylint: disable=g-import-not-at-top
   save_vocab(tokenizer_or_vocab, os.fspath(directory / "vocab.txt"))
-  (directory / "tokenizer.json").write_bytes(tokenizer_or_vocab.to_str(pretty=True).encode())
+  paths.write_atomically(directory / "tokenizer.json", tokenizer_or_vocab.to_str(pretty=True))
   normalizer = json.loads(tokenizer_or_vocab.to_str()).get("normalizer") or {}
-  (directory / "tokenizer_config.json").write_text(json.dumps(
+  paths.write_atomically(directory / "tokenizer_config.json", json.dumps(
       {"tokenizer_class": "BertTokenizer",
        "do_lower_case": bool(normalizer.get("lowercase", False)),
        "model_max_length": model_max_length}, indent=2))  # truncation length

@@ -34,8 +34,8 @@ def write_projector(workdir: str, words: Sequence[str], vectors: np.ndarray) -> 
   out = path_lib.resolve(workdir) / "projector"  # local or gs://
   out.mkdir(parents=True, exist_ok=True)
   files = [out / n for n in ("vectors.tsv", "metadata.tsv", "projector_config.pbtxt")]
-  with files[0].open("wb") as f:
+  with path_lib.open_atomically(files[0]) as f:  # each file whole or the old one
     np.savetxt(f, vectors, fmt="%.9g", delimiter="\t")  # %.9g round-trips float32 exactly
-  files[1].write_bytes("".join(w + "\n" for w in words).encode("utf-8"))
-  files[2].write_bytes(_CONFIG.encode("utf-8"))
+  path_lib.write_atomically(files[1], "".join(w + "\n" for w in words))
+  path_lib.write_atomically(files[2], _CONFIG)
   return [os.fspath(f) for f in files]

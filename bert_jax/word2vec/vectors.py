@@ -200,7 +200,8 @@ def save_word2vec_format(path: str, words: Sequence[str], vectors: np.ndarray,
   bad = [w for w in words if not w or any(ch.isspace() for ch in w)]
   if bad:
     raise ValueError(f"word2vec formats cannot store empty words or words with spaces: {bad[:5]}")
-  with path_lib.resolve(path).open("wb") as f:  # local or gs://
+  # Local or gs://; whole or not at all (a killed rerun keeps the finished run's file).
+  with path_lib.open_atomically(path) as f:
     f.write(f"{vectors.shape[0]} {vectors.shape[1]}\n".encode("utf8"))
     if binary:
       little = vectors.astype("<f4")
