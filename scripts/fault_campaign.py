@@ -97,6 +97,7 @@ class Run:
   output: str
   signalled: bool        # the signal was sent (the process may have finished anyway)
   first_step_s: float | None  # when the first progress line came, from the start
+  signal_s: float | None = None  # when the signals left, from the start (multihost.launch)
 
 
 def run_main(flags: list[str], *, env: dict | None = None, log: str | None = None,

@@ -92,7 +92,7 @@ def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 9
   8/processes fake CPU devices each (one process: no jax.distributed); returns each one's
   Run once all ended (all are killed at `timeout`). stop: (process, delay s) pairs, each
   sent a SIGTERM `delay` seconds after process 0 logs step `stop_at` (the loop's `step
-  k/N`, word2vec's `epoch e/E step k`)."""
+  k/N`, word2vec's `epoch e/E step k`); Run.signal_s says when, from the start."""
   per = DEVICES // processes
   base = dict(env or fault_campaign.child_env(),
               XLA_FLAGS=fault_campaign.xla_flags(per), JAX_PLATFORMS="cpu")
@@ -106,13 +106,14 @@ def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 9
                             cwd=ROOT, env=base, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
            for i in range(processes)]
-  outs = [[] for _ in procs]
+  outs, sent = [[] for _ in procs], []
   at = re.compile(rf"^(epoch \d+/\d+ )?step {stop_at}\b")
 
   def read(i):
     for line in procs[i].stdout:
       outs[i].append(line)
       if i == 0 and stop and at.match(line):
+        sent.append(time.monotonic() - t0)
         for target, delay in stop:
           threading.Timer(delay, procs[target].send_signal, (signal.SIGTERM,)).start()
 
@@ -130,7 +131,7 @@ def launch(flags: list[str], processes: int, workdir: str, *, timeout: float = 9
       outs[i].append(f"\n[multihost] killed after {timeout:.0f} s")
     readers[i].join()
     runs.append(fault_campaign.Run(p.returncode, time.monotonic() - t0, "".join(outs[i]),
-                                   False, None))
+                                   bool(sent), None, sent[0] if sent else None))
   return runs
 
 

@@ -21,11 +21,6 @@ equivalence bound; measured <= 1.6e-7 in scripts/multihost.py).
 """
 import os
 import re
-import signal
-import subprocess
-import sys
-import threading
-import time
 
 import pytest
 
@@ -33,8 +28,7 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax.tasks import registry
 from bert_jax.train import loop
 from scripts import multihost
-from tests import procs
-from tests.train.test_loop import ROOT, _flags, e2e_config
+from tests.train.test_loop import _flags, e2e_config
 
 STEPS = 14
 HEADS = 8  # a tensor axis of 8 splits them
@@ -63,44 +57,18 @@ def _config(data_dir):
   return config
 
 
-def _run(workdir, data_dir, mesh, signals=()):
-  """Both processes of one run on `mesh` until they end (at most 300 s). signals: (step,
-  [(process, delay_s)]): SIGTERM each `process` `delay_s` after process 0 logs `step
-  STEP/..`. Returns (return codes, outputs, seconds from the first signal to the last exit)."""
-  import portpicker  # pylint: disable=g-import-not-at-top
+def _run(workdir, data_dir, mesh, stop_at=0, stop=()):
+  """Both processes of one run on `mesh` until they end (at most 300 s), through
+  scripts/multihost.launch: stop, (process, delay_s) pairs, sends a SIGTERM to each
+  `process` `delay_s` after process 0 logs `step STOP_AT/..`. Returns (return codes,
+  outputs, seconds from the signals to the last exit)."""
   flags = [f for f in _flags(_config(data_dir), workdir)
-           if not f.startswith("--config.mesh_shape")]
+           if not f.startswith(("--config.mesh_shape", "--workdir"))]
   flags += [f"--config.mesh_shape={mesh}".replace(" ", ""),
-            "--config.train.keep_checkpoints=5", "--num_processes=2", "--heartbeat_timeout=30",
-            f"--coordinator_address=127.0.0.1:{portpicker.pick_unused_port()}"]
-  env = dict(os.environ, XLA_FLAGS=procs.xla_flags(4), JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
-  hosts = [subprocess.Popen([sys.executable, "-u", "-m", "bert_jax.main"] + flags +
-                            [f"--process_id={i}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True) for i in range(2)]
-  outs, sent = [[], []], []
-
-  def read(i):
-    for line in hosts[i].stdout:
-      outs[i].append(line)
-      for step, targets in signals:
-        if i == 0 and line.startswith(f"step {step}/"):
-          sent.append(time.monotonic())
-          for p, delay in targets:
-            threading.Timer(delay, hosts[p].send_signal, (signal.SIGTERM,)).start()
-
-  readers = [threading.Thread(target=read, args=(i,)) for i in range(2)]
-  for t in readers:
-    t.start()
-  for h in hosts:
-    try:
-      h.wait(timeout=300)
-    except subprocess.TimeoutExpired:  # a hang: end it, the asserts then say so
-      h.kill()
-  ended = time.monotonic()
-  for t in readers:
-    t.join()
-  return ([h.returncode for h in hosts], ["".join(o) for o in outs],
-          ended - sent[0] if sent else None)
+            "--config.train.keep_checkpoints=5"]
+  runs = multihost.launch(flags, 2, workdir, timeout=300, stop_at=stop_at, stop=stop)
+  took = (max(r.seconds for r in runs) - runs[0].signal_s) if runs[0].signalled else None
+  return [r.returncode for r in runs], [r.output for r in runs], took
 
 
 def _saved_step(outs) -> int:
@@ -124,7 +92,7 @@ def test_two_processes_train_what_one_trains_and_stop_and_restore_at_one_step(
   # (1, 1, 8): one batch block on both processes. SIGTERM to process 1 alone when process
   # 0 logs step 3: process 1 then posts its vote of step 3 or 4 at the latest (the votes
   # keep it within a step of process 0), so both stop after step 4, 5 or 6.
-  codes, outs, took = _run(workdir, data_dir, (1, 1, 8), signals=[(3, [(1, 0.0)])])
+  codes, outs, took = _run(workdir, data_dir, (1, 1, 8), stop_at=3, stop=((1, 0.0),))
   assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
   assert "2 processes, 1 row shards (each block on 2 hosts" in outs[0], outs[0][-3000:]
   first = _saved_step(outs)
@@ -137,7 +105,7 @@ def test_two_processes_train_what_one_trains_and_stop_and_restore_at_one_step(
   # (2, 1, 4), two row shards, from the one-shard state; SIGTERM to process 0 at step
   # first + 2, to process 1 1 s later.
   codes, outs, took = _run(workdir, data_dir, (2, 1, 4),
-                           signals=[(first + 2, [(0, 0.0), (1, 1.0)])])
+                           stop_at=first + 2, stop=((0, 0.0), (1, 1.0)))
   assert codes == [0, 0], outs[0][-3000:] + outs[1][-3000:]
   assert f"at step {first}" in outs[0], outs[0][-3000:]
   second = _saved_step(outs)
