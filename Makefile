@@ -20,7 +20,10 @@ $(STAMP): requirements.txt pyproject.toml | $(BIN)/python
 	touch $@
 
 $(TEST_STAMP): $(STAMP) requirements-tf.txt requirements-test.txt
-	$(BIN)/pip install -q -r requirements-test.txt
+	# --no-compile: pip would byte-compile all ~9,000 modules of these test-only packages
+	# (TensorFlow, Beam, libtpu's, scikit-learn's: 33 s of one core here); the few the tests
+	# import are compiled at first import instead (tests/conftest.py keeps bytecode on).
+	$(BIN)/pip install -q --no-compile -r requirements-test.txt
 	# Headless Chromium (Debian) for the tests that open the head view page and the docs
 	# site. apt needs root: without it, one line says so and those tests are skipped.
 	@if command -v chromium >/dev/null; then :; \

@@ -23,6 +23,19 @@ if "--xla_backend_optimization_level" not in _XLA_FLAGS:  # a level the caller s
 # bits at most, as with -O0 above.
 if "--xla_cpu_use_fusion_emitters" not in _XLA_FLAGS:
   _XLA_FLAGS += " --xla_cpu_use_fusion_emitters=false"
+# Three more of XLA's compile-time knobs, none of which changes what is computed (the same
+# fusions and ops): LLVM codegen in one module rather than split for parallel compilation
+# (per-module overhead on the tests' tiny programs), LLVM's expensive passes skipped (-O0
+# already skips most), and XLA:CPU's concurrency-optimized scheduler off (a scheduling
+# pass the tests' microsecond kernels gain nothing from). Measured in three interleaved
+# pairs on train/test_sharded_steps + test_decoding + layers/test_stacks in one process
+# (1,011 compiles): CPU 152.8 -> 142.2 s on average, each pair 8-13 s lower (the machine's
+# own drift between pairs was larger: bench/RESULTS.md, "The suite, 2026-11-28 evening").
+for _flag in ("--xla_cpu_parallel_codegen_split_count=1",
+              "--xla_llvm_disable_expensive_passes=true",
+              "--xla_cpu_enable_concurrency_optimized_scheduler=false"):
+  if _flag.split("=")[0] not in _XLA_FLAGS:
+    _XLA_FLAGS += " " + _flag
 os.environ["XLA_FLAGS"] = _XLA_FLAGS.strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
