@@ -289,7 +289,8 @@ class FakeBeamWiki(documents_builder.LocalBuilder):
 
   def download_and_prepare(self, *args, download_config=None, **kwargs):
     if not self.is_prepared():
-      FakeBeamWiki.runners.append(download_config and download_config.beam_runner)
+      runner = download_config and download_config.beam_runner
+      FakeBeamWiki.runners.append(runner if isinstance(runner, str) else type(runner).__name__)
     return super().download_and_prepare(*args, download_config=download_config, **kwargs)
 
   def _split_generators(self, dl_manager):
@@ -313,12 +314,13 @@ def test_a_catalog_beam_builder_prepares_through_the_runner_then_our_stages(
                 validation_fraction=0.1)
   beam_cfg = make_config(tmp_path / "beam", **common)
   got = prepare_lib.prepare(beam_cfg, verbose=False, beam=IN_MEMORY)
-  assert FakeBeamWiki.runners == ["DirectRunner"]
+  # DirectRunner goes to tfds as Beam's Python direct runner (beam_util.BeamRun.beam_runner)
+  assert FakeBeamWiki.runners == ["SwitchingDirectRunner"]
   c = got.stats["corpus"]
   assert c["empty_documents"] == 1 and c["files"] == 1
   assert c["documents"] == 29 + 6  # the pages but the empty one, the file's documents
   ref = prepare_lib.prepare(make_config(tmp_path / "ref", **common), verbose=False)
-  assert FakeBeamWiki.runners == ["DirectRunner"]  # prepared once, then reused
+  assert FakeBeamWiki.runners == ["SwitchingDirectRunner"]  # prepared once, then reused
   assert records(got.documents_dir) == records(ref.documents_dir)
   with open(got.vocab_path, "rb") as f, open(ref.vocab_path, "rb") as g:
     assert f.read() == g.read()
@@ -335,3 +337,25 @@ def test_runners_whose_workers_cannot_write_data_dir_are_refused(make_config, tm
   assert not os.path.exists(tmp_path / "data")
   with pytest.raises(ValueError, match="--beam_runner='Dask'"):
     beam_util.BeamRun("Dask")
+
+
+def test_the_direct_runner_is_beams_python_runner_never_prism(monkeypatch):
+  """Beam's DirectRunner first tries Prism, a Go binary it would download from GitHub at
+  run time (offline: a failed download and a beam-temp* directory left in /tmp per
+  pipeline); BeamRun gives it the Python direct runner that --direct_* options configure."""
+  import apache_beam as beam  # pylint: disable=g-import-not-at-top
+  from apache_beam.runners.portability import prism_runner  # pylint: disable=g-import-not-at-top
+  from apache_beam.testing import util as beam_testing  # pylint: disable=g-import-not-at-top
+  tried = []
+
+  def no_prism(self, pipeline, options):
+    tried.append(type(self).__name__)
+    raise RuntimeError("this test allows no Prism")  # Beam would fall back: recorded above
+
+  monkeypatch.setattr(prism_runner.PrismRunner, "run_pipeline", no_prism)
+  run = beam_util.BeamRun("DirectRunner", "--direct_running_mode=in_memory")
+  with run.pipeline() as p:
+    doubled = p | beam.Create([1, 2, 3]) | beam.Map(lambda x: 2 * x)
+    beam_testing.assert_that(doubled, beam_testing.equal_to([2, 4, 6]))
+  assert tried == []
+  assert beam_util.BeamRun("FlinkRunner").beam_runner() == "FlinkRunner"  # others by name
