@@ -116,7 +116,7 @@ def test_workers_read_the_corpus_from_the_bucket(gcs, make_config, testdata, tmp
                     **common)
   FakeBeamWiki.runners.clear()
   got = prepare_lib.prepare(cfg, verbose=False, beam=ThreeShards(IN_MEMORY.runner, IN_MEMORY.options))
-  assert FakeBeamWiki.runners == ["DirectRunner"]
+  assert FakeBeamWiki.runners == ["SwitchingDirectRunner"]  # DirectRunner, Prism ruled out
   gcs.invalidate_cache()
   assert len(gcs.glob("bucket/tfds/fake_beam_wiki/*/fake_beam_wiki-train.array_record-*")) == 3
   assert got.stats["corpus"] == ref.stats["corpus"] and got.stats["corpus"]["files"] == 5
