@@ -53,14 +53,15 @@ class BeamRun:
     """What beam.Pipeline and tfds are given as the runner: its name, except DirectRunner.
 
     DirectRunner is Beam's Python direct runner (the FnApiRunner that
-    `--direct_running_mode` / `--direct_num_workers` configure), never Prism. Since Beam
-    2.6x the DirectRunner first tries Prism, a Go runner whose binary it downloads from
-    GitHub at run time (into ~/.apache_beam/cache): with network a local preparation
-    would fetch and run a program that requirements.txt does not pin, on another runner
-    than the one asked for; offline (this project's default) the download fails, it falls
-    back, and each pipeline leaves an empty beam-temp* directory in the system's temporary
-    folder. `is_interactive()` is the switching runner's one public way to rule Prism out
-    (Beam's interactive runner calls it for the same reason); nothing else reads it.
+    `--direct_running_mode` / `--direct_num_workers` configure), never Prism. Beam's own
+    DirectRunner (2.77, requirements-test.txt's pin) first tries Prism, a Go runner whose
+    binary it downloads from GitHub at run time (into ~/.apache_beam/cache): with network
+    a local preparation would fetch and run a program that no requirements file pins, on
+    another runner than the one asked for; offline (this project's default) the download
+    fails, it falls back, and each pipeline leaves an empty beam-temp* directory in the
+    system's temporary folder. `is_interactive()` is the switching runner's one public
+    way to rule Prism out (Beam's interactive runner calls it for the same reason);
+    nothing else reads it.
     """
     if self.runner != "DirectRunner":
       return self.runner
