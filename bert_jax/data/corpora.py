@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bz2
 import glob
+import importlib.util
 import os
 import re
 from typing import Iterator, Optional
@@ -25,6 +26,7 @@ import tensorflow_datasets as tfds
 
 from bert_jax import paths
 from bert_jax.data import beam_remote
+from bert_jax.data import beam_util
 from bert_jax.data import text_cleaning
 
 # ------------------------------------------------------------------------- readers
@@ -183,6 +185,10 @@ def prepare_tfds(name: str, data_dir: Optional[str] = None, split: str = "train"
     # array_record writes local files only. tfds's hook for a custom storage, per instance.
     builder._example_writer = lambda: beam_remote.UploadingExampleWriter(  # pylint: disable=protected-access
         file_format=builder.info.file_format)
+  if download_config is None and importlib.util.find_spec("apache_beam"):
+    # In process too, a Beam builder runs on Beam's Python direct runner, never Prism
+    # (tfds' default is Beam's DirectRunner, which would fetch Prism: BeamRun.beam_runner).
+    download_config = beam_util.BeamRun("DirectRunner").download_config()
   builder.download_and_prepare(file_format="array_record", download_config=download_config)
   return builder.info.splits[split].num_examples
 

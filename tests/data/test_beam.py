@@ -18,6 +18,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from bert_jax.data import beam_util
+from bert_jax.data import corpora
 from bert_jax.data import documents_builder
 from bert_jax.data import loader
 from bert_jax.data import prepare as prepare_lib
@@ -339,10 +340,11 @@ def test_runners_whose_workers_cannot_write_data_dir_are_refused(make_config, tm
     beam_util.BeamRun("Dask")
 
 
-def test_the_direct_runner_is_beams_python_runner_never_prism(monkeypatch):
+def test_the_direct_runner_is_beams_python_runner_never_prism(monkeypatch, tmp_path):
   """Beam's DirectRunner first tries Prism, a Go binary it would download from GitHub at
   run time (offline: a failed download and a beam-temp* directory left in /tmp per
-  pipeline); BeamRun gives it the Python direct runner that --direct_* options configure."""
+  pipeline); BeamRun gives it the Python direct runner that --direct_* options configure,
+  and a Beam catalog builder prepared in process (no --beam_runner) gets the same."""
   import apache_beam as beam  # pylint: disable=g-import-not-at-top
   from apache_beam.runners.portability import prism_runner  # pylint: disable=g-import-not-at-top
   from apache_beam.testing import util as beam_testing  # pylint: disable=g-import-not-at-top
@@ -359,3 +361,7 @@ def test_the_direct_runner_is_beams_python_runner_never_prism(monkeypatch):
     beam_testing.assert_that(doubled, beam_testing.equal_to([2, 4, 6]))
   assert tried == []
   assert beam_util.BeamRun("FlinkRunner").beam_runner() == "FlinkRunner"  # others by name
+  monkeypatch.setattr(FakeBeamWiki, "runners", [])
+  # In process: tfds runs the builder's Beam pipeline (30 pages; our stages skip the empty one).
+  assert corpora.prepare_tfds("fake_beam_wiki", str(tmp_path / "tfds")) == 30
+  assert FakeBeamWiki.runners == ["SwitchingDirectRunner"] and tried == []
