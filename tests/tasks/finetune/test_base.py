@@ -89,6 +89,21 @@ def test_init_from_hf_puts_the_pretrained_encoder_under_bert(csv_files, tmp_path
   assert task.label_list == ("neg", "pos") and task.num_labels == 2
 
 
+def test_init_from_takes_the_configs_numerics_and_the_checkpoints_sizes(csv_files):
+  """With init_from the checkpoint gives the architecture, the fine-tuning config the
+  run's numerics: `--config.model.matmul_dtype=bfloat16` was silently dropped before."""
+  c = tiny("classification", "file", "accuracy", train_file=csv_files[0],
+           eval_file=csv_files[1])
+  c.model.update(matmul_dtype="bfloat16", dtype="bfloat16", dropout_rate=0.2,
+                 attention_dropout_rate=0.0, hidden_size=768, num_layers=12)
+  cfg = registry.get_task(c).model_config
+  assert (cfg.matmul_dtype, cfg.dtype, cfg.dropout_rate, cfg.attention_dropout_rate) == (
+      "bfloat16", "bfloat16", 0.2, 0.0)
+  assert (cfg.hidden_size, cfg.num_layers) == (32, 2)  # tiny_bert's, not the config's
+  c.model.matmul_dtype = None  # unset: the compute dtype, as before
+  assert registry.get_task(c).model_config.matmul_dtype is None
+
+
 def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path, monkeypatch,
                                                             capsys):
   # Packed rows (the default of the fine-tuning configs): the 16 sentences of 13 and 17
