@@ -48,33 +48,51 @@ def _dims(n: int, lhs_ndim: int):
   return ((tuple(range(lhs_ndim - n, lhs_ndim)), tuple(range(n))), ((), ()))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _dense_dot(x, w, n: int, precision):
-  return lax.dot_general(x, w, _dims(n, x.ndim), precision=precision)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _dense_dot(x, w, n: int, precision, cast=None):
+  return _fwd(x, w, n, precision, cast)[0]
 
 
-def _fwd(x, w, n, precision):
-  return _dense_dot(x, w, n, precision), (x, w)
+def _fwd(x, w, n, precision, cast):
+  """cast: None (the operands' own dtype), or (matmul dtype, x's dtype, w's dtype): both
+  operands in the matmul dtype, accumulated in float32 (cast_dot_general's numerics)."""
+  if cast is None:
+    return lax.dot_general(x, w, _dims(n, x.ndim), precision=precision), (x, w)
+  x, w = x.astype(cast[0]), w.astype(cast[0])  # the residuals too: half the bytes saved
+  return lax.dot_general(x, w, _dims(n, x.ndim), precision=precision,
+                         preferred_element_type=jnp.float32), (x, w)
 
 
-def _bwd(n, precision, residuals, g):
+def _bwd(n, precision, cast, residuals, g):
   x, w = residuals
+  x_dtype, w_dtype, accumulate = x.dtype, w.dtype, None
+  if cast is not None:
+    # Mixed precision as autocast does it: the backward products take the cotangent in
+    # the matmul dtype too and accumulate in float32. Left to jax's transpose, they
+    # multiplied a float32 cotangent by the cast operands, i.e. ran in float32: on an
+    # AMX CPU XLA's bfloat16 dot with float32 accumulation is 5x its float32 one.
+    g, accumulate, x_dtype, w_dtype = g.astype(cast[0]), jnp.float32, cast[1], cast[2]
   k, o = math.prod(w.shape[:n]), math.prod(w.shape[n:])
   m = x.size // k
   g2 = g.reshape(m, o)                                                  # [M, O]
   w2 = w.reshape(k, o)                                                  # [K, O]
-  dx = lax.dot_general(g2, w2, (((1,), (1,)), ((), ())), precision=precision)  # [M, K]
+  dx = lax.dot_general(g2, w2, (((1,), (1,)), ((), ())), precision=precision,
+                       preferred_element_type=accumulate)               # [M, K]
   dw = lax.dot_general(x.reshape(m, k), g2, (((0,), (0,)), ((), ())),
-                       precision=precision)                            # [K, O]
-  return dx.reshape(x.shape).astype(x.dtype), dw.reshape(w.shape).astype(w.dtype)
+                       precision=precision, preferred_element_type=accumulate)  # [K, O]
+  return dx.reshape(x.shape).astype(x_dtype), dw.reshape(w.shape).astype(w_dtype)
 
 
 _dense_dot.defvjp(_fwd, _bwd)
 
 
 def for_config(cfg):
-  """The `dot_general=` of a Dense layer under TransformerConfig `cfg` (None = lax's)."""
+  """The `dot_general=` of a Dense layer under TransformerConfig `cfg` (None = lax's):
+  with matmul_dtype, cast_dot_general's numerics, and where dense_grad_2d (CPU) the 2-D
+  gradient with its backward products in matmul_dtype too."""
   if cfg.matmul_dtype is not None:
+    if cfg.dense_grad_2d:
+      return functools.partial(dot_general, matmul_dtype=jnp.dtype(cfg.matmul_dtype))
     return functools.partial(cast_dot_general, jnp.dtype(cfg.matmul_dtype))
   return dot_general if cfg.dense_grad_2d else None
 
@@ -153,11 +171,16 @@ def attend(cfg, embedder, x):
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,
-                **kwargs):
-  """`lax.dot_general`, with the 2-D gradient above for dense contractions."""
+                matmul_dtype=None, **kwargs):
+  """`lax.dot_general`, with the 2-D gradient above for dense contractions; with
+  `matmul_dtype`, cast_dot_general's numerics (and for dense ones its gradient's too)."""
   n = _is_dense(lhs.ndim, dimension_numbers)
   if n and preferred_element_type is None and not kwargs:
-    return _dense_dot(lhs, rhs, n, precision)
+    cast = None if matmul_dtype is None else (matmul_dtype, lhs.dtype, rhs.dtype)
+    return _dense_dot(lhs, rhs, n, precision, cast)
+  if matmul_dtype is not None:
+    return cast_dot_general(matmul_dtype, lhs, rhs, dimension_numbers, precision=precision,
+                            **kwargs)
   return lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                          preferred_element_type=preferred_element_type, **kwargs)
 

@@ -1,4 +1,6 @@
 """layers/dense.py: the 2-D gradient equals jax's own gradient of lax.dot_general."""
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -133,6 +135,34 @@ def test_bf16_matmul_operands_accumulate_in_float32():
   logits = table.apply(params, x, method=lambda m, x: dense.attend(cfg, m, x))  # [3, 5]
   np.testing.assert_allclose(logits, r(x) @ r(params["params"]["embedding"]).T,
                              rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_matmul_gradient_takes_its_backward_products_in_bf16_too():
+  """With dense_grad_2d (CPU), matmul_dtype="bfloat16" runs all three products of a
+  Dense layer as autocast does: the forward as cast_dot_general, and dx = g·wᵀ, dw = xᵀ·g
+  of the bf16-rounded cotangent and operands, summed in float32 (jax's own gradient
+  multiplied the float32 cotangent by the rounded operands in float32)."""
+  from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
+  kx, kw, kg = jax.random.split(jax.random.key(8), 3)
+  x = jax.random.normal(kx, (2, 3, 64))                       # [batch, len, embed]
+  w = jax.random.normal(kw, (64, 4, 8))                       # [embed, heads, d]
+  g = jax.random.normal(kg, (2, 3, 4, 8))                     # cotangent of the output
+  dims = (((2,), (0,)), ((), ()))
+  cfg = TransformerConfig(vocab_size=5, hidden_size=64, num_layers=1, num_heads=4,
+                          matmul_dtype="bfloat16", dense_grad_2d=True)
+  ours = dense.for_config(cfg)
+  jaxs = functools.partial(dense.cast_dot_general, jnp.bfloat16)
+  y, vjp = jax.jit(lambda x, w: jax.vjp(lambda a, b: ours(a, b, dims), x, w))(x, w)
+  np.testing.assert_array_equal(y, jax.jit(lambda x, w: jaxs(x, w, dims))(x, w))
+  dx, dw = vjp(g)
+  assert (y.dtype, dx.dtype, dw.dtype) == (jnp.float32,) * 3
+  r = lambda a: np.asarray(a.astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+  x2, w2, g2 = r(x).reshape(6, 64), r(w).reshape(64, 32), r(g).reshape(6, 32)
+  np.testing.assert_allclose(dx, (g2 @ w2.T).reshape(x.shape), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(dw, (x2.T @ g2).reshape(w.shape), rtol=1e-5, atol=1e-5)
+  _, jax_vjp = jax.vjp(lambda a, b: jaxs(a, b, dims), x, w)
+  jax_dx = jax_vjp(g)[0]  # the float32 cotangent: another result than the rounded one
+  assert np.abs(np.asarray(jax_dx) - (g2 @ w2.T).reshape(x.shape)).max() > 1e-3
 
 
 def test_kernels_cast_once_at_load_compute_the_same_and_leave_no_convert():
