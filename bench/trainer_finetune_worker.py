@@ -66,6 +66,7 @@ def main():
       weight_decay=t["weight_decay"], adam_beta1=t["b1"], adam_beta2=t["b2"],
       adam_epsilon=t["eps"], max_grad_norm=t["grad_clip_norm"], warmup_ratio=t["warmup_fraction"],
       lr_scheduler_type="linear", seed=int(spec["seed"]), group_by_length=bool(spec["group_by_length"]),
+      bf16=bool(spec.get("bf16")),  # autocast: the products in bfloat16 (AMX on such CPUs)
       save_strategy="no", eval_strategy="no", logging_strategy="no", report_to=[],
       use_cpu=True, dataloader_num_workers=0, disable_tqdm=True)
   step_s = []
