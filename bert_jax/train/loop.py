@@ -275,10 +275,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   # --------------------------------------------------- (4) compile steps
   p_train, p_eval = jit_steps(task, tx, schedule, tc, state_sh, mesh)
 
-  peak = mfu.resolve_peak(
-      float(tc.get("peak_flops_per_device") or 0.0),
-      dtype="bfloat16" if task.model_config.dtype == "bfloat16" and
-      jax.default_backend() != "cpu" else "float32")
+  peak = mfu.resolve_peak(float(tc.get("peak_flops_per_device") or 0.0),
+                          dtype=mfu.peak_dtype(task.model_config, jax.default_backend()))
   n_params = sum(x.size for x in jax.tree_util.tree_leaves(abstract.params))
   log(f"task {task.name} | model {n_params / 1e6:.2f}M params | mesh "
       f"{dict(mesh.shape)} | {jax.device_count()} devices, {shards.describe()} | "

@@ -16,13 +16,26 @@ import jax
 import jax.numpy as jnp
 
 
+def peak_dtype(model_config, backend: str) -> str:
+  """The dtype whose matmul is measured as the peak: the products a run makes. A
+  matmul_dtype (its products accumulate in float32: on an AMX CPU 5x float32's rate) is
+  what every Dense layer multiplies in; else the compute dtype, except bfloat16 on CPU,
+  whose bf16-in / bf16-out dot is slower than float32's and would flatter the MFU."""
+  matmul = getattr(model_config, "matmul_dtype", None)
+  if matmul:
+    return str(matmul)
+  dtype = str(getattr(model_config, "dtype", "float32"))
+  return dtype if dtype == "bfloat16" and backend != "cpu" else "float32"
+
+
 @functools.lru_cache(maxsize=None)
 def measured_peak_flops(dtype: str = "float32", n: int = 1024, repeats: int = 5) -> float:
-  """FLOP/s of one device on a large square matmul: MFU's denominator when the device kind
-  has no datasheet figure (CPU). It moves with the machine's load."""
+  """FLOP/s of one device on a large square matmul of `dtype` operands accumulated in
+  float32 (for float32 the plain product): MFU's denominator when the device kind has no
+  datasheet figure (CPU). It moves with the machine's load."""
   dev = jax.local_devices()[0]
   a = jax.device_put(jnp.ones((n, n), dtype), dev)
-  mm = jax.jit(lambda x, y: x @ y)
+  mm = jax.jit(lambda x, y: jnp.dot(x, y, preferred_element_type=jnp.float32))
   mm(a, a).block_until_ready()
   best = float("inf")
   for _ in range(repeats):

@@ -46,6 +46,19 @@ def test_this_machine_cpu_is_measured():
   assert peak.source == "measured" and "device_kind 'cpu'" in peak.describe()
 
 
+def test_the_measured_peak_is_of_the_products_the_run_makes():
+  """A matmul_dtype run's MFU is over that dtype's matmul (float32 accumulation), not
+  float32's: on an AMX CPU bf16 products run 5x faster, and the fine-tuning log printed
+  'mfu 82%' against the float32 peak. bf16 compute on CPU keeps the float32 peak."""
+  from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
+  cfg = TransformerConfig(vocab_size=8, hidden_size=8, num_layers=1, num_heads=1)
+  assert mfu.peak_dtype(cfg, "cpu") == "float32"
+  assert mfu.peak_dtype(cfg.replace(matmul_dtype="bfloat16"), "cpu") == "bfloat16"
+  assert mfu.peak_dtype(cfg.replace(dtype="bfloat16"), "cpu") == "float32"
+  assert mfu.peak_dtype(cfg.replace(dtype="bfloat16"), "gpu") == "bfloat16"
+  assert mfu.peak_dtype(object(), "cpu") == "float32"  # a model config without these fields
+
+
 def test_mfu_is_achieved_over_peak():
   # 1e12 FLOPs per step in 0.5 s on 4 devices of 1e12 FLOP/s: 2e12 / 4e12.
   assert mfu.mfu(1e12, 0.5, 4, 1e12) == pytest.approx(0.5)
