@@ -7,7 +7,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import jax
@@ -236,10 +235,8 @@ def test_a_corrupt_newest_checkpoint_is_moved_aside_and_the_rerun_finishes_exact
       assert r["train/loss"] == pytest.approx(ref[r["step"]], abs=1e-6), r["step"]
 
 
-def _fill_when_saved(disk, step_dir, stop):
-  """Fills the filesystem `disk` (to 0 bytes free) once `step_dir` is a finished save."""
-  while not stop.is_set() and not step_dir.is_dir():
-    time.sleep(0.005)
+def _fill(disk):
+  """Fills the filesystem `disk` to 0 bytes free."""
   with open(disk / "filler", "wb") as f:
     try:
       while True:
@@ -254,26 +251,28 @@ def test_a_full_disk_stops_the_save_in_one_line_and_the_rerun_resumes(
   """The disk fills up once checkpoint 2 is saved (a 64 MiB tmpfs the test mounts; where
   mounting is not allowed, an injected ENOSPC at step 4): the next save stops the run
   with one error naming the directory and the free space, checkpoint 2 intact; with
-  space freed the rerun resumes from 2 with the uninterrupted losses."""
+  space freed the rerun resumes from 2 with the uninterrupted losses.
+
+  The disk is filled in the loop's own thread, as the save of step 2 returns (finished):
+  a filler thread that waited for the step's directory could be outrun by steps 3 and 4
+  on a loaded machine, so that step 4 was saved before the disk was full."""
   ref_dir, _ = uninterrupted
   disk = tmp_path / "disk"
   disk.mkdir()
   mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)],
                            capture_output=True).returncode == 0
-  stop = threading.Event()
-  try:
-    if mounted:
-      filler = threading.Thread(target=_fill_when_saved,
-                                args=(disk, disk / "run" / "checkpoints" / "2", stop))
-      filler.start()
-    else:
-      real_save = ckpt_lib.ocp.CheckpointManager.save
+  real_save = ckpt_lib.ocp.CheckpointManager.save
 
-      def save(self, step, *a, **k):
-        if step == 4:
-          raise OSError(28, "No space left on device")
-        return real_save(self, step, *a, **k)
-      monkeypatch.setattr(ckpt_lib.ocp.CheckpointManager, "save", save)
+  def save(self, step, *a, **k):
+    if step == 4 and not mounted:
+      raise OSError(28, "No space left on device")
+    saved = real_save(self, step, *a, **k)
+    if step == 2 and mounted:
+      self.wait_until_finished()
+      _fill(disk)
+    return saved
+  monkeypatch.setattr(ckpt_lib.ocp.CheckpointManager, "save", save)
+  try:
     workdir = str(disk / "run")
     config = e2e_config(data_dir)
     with pytest.raises(ckpt_lib.CheckpointSaveError) as e:
@@ -285,17 +284,14 @@ def test_a_full_disk_stops_the_save_in_one_line_and_the_rerun_resumes(
     assert ckpt_lib.Checkpointer(str(disk / "run" / "checkpoints")).all_steps() == [2]
     if mounted:
       (disk / "filler").unlink()
-    else:
-      monkeypatch.undo()
+    monkeypatch.undo()
     result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
     assert result["step"] == 6
     ref, got = _losses(ref_dir), _losses(workdir)
     for step in range(1, 7):
       assert got[step] == pytest.approx(ref[step], abs=1e-6), step
   finally:
-    stop.set()
     if mounted:
-      filler.join()
       subprocess.run(["umount", "-l", str(disk)], check=False)  # lazy: never left mounted
 
 
