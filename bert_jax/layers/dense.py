@@ -49,7 +49,7 @@ def _dims(n: int, lhs_ndim: int):
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
-def _dense_dot(x, w, n: int, precision, cast=None):
+def _dense_dot(x, w, n: int, precision, cast):
   return _fwd(x, w, n, precision, cast)[0]
 
 
