@@ -55,11 +55,15 @@ class BertEmbeddings(nn.Module):
     return self.dropout(self.layer_norm(x))
 
   def attend(self, x: Array) -> Array:
-    """x [..., hidden] -> logits [..., padded_vocab] against the token embedding table."""
-    if not self.config.dense_grad_2d:
+    """x [..., hidden] -> logits [..., padded_vocab] against the token embedding table
+    (float32 with model.matmul_dtype, whose operand dtype they take, as the Dense layers)."""
+    cfg = self.config
+    if not cfg.dense_grad_2d:
+      if cfg.matmul_dtype is not None:
+        return dense_lib.attend(cfg, self.token_embedder, x)
       return self.token_embedder.attend(x)
-    x, table = promote_dtype(x, self.token_embedder.embedding, dtype=self.config.compute_dtype)
-    return dense_lib.transposed_dot(x, table)                 # as Embed.attend, 2-D grads
+    x, table = promote_dtype(x, self.token_embedder.embedding, dtype=cfg.compute_dtype)
+    return dense_lib.transposed_dot(x, table, cfg.matmul_dtype)  # as Embed.attend, 2-D grads
 
 
 class BertModel(nn.Module):
@@ -158,10 +162,9 @@ class MlmHead(nn.Module):
     x = ACTIVATIONS[cfg.activation](x)
     x = parallel.constrain(layer_norm(cfg, "layer_norm")(x), rows)
     bias = self.param("bias", cfg.zeros_init("vocab"), (cfg.padded_vocab,), cfg.params_dtype)
-    if cfg.dense_grad_2d:
-      logits = dense_lib.add_bias(attend(x), bias.astype(x.dtype))  # [..., padded_vocab]
-    else:
-      logits = attend(x) + bias.astype(x.dtype)               # [..., padded_vocab]
+    logits = attend(x)                                        # [..., padded_vocab]
+    bias = bias.astype(logits.dtype)  # x's dtype; float32 with model.matmul_dtype
+    logits = dense_lib.add_bias(logits, bias) if cfg.dense_grad_2d else logits + bias
     # Vocabulary over tensor, as the table's rows: the matmul's natural output layout.
     logits = parallel.constrain(logits, ("batch",) + (None,) * (logits.ndim - 2) + ("vocab",))
     return vocab_logits(logits, cfg)                          # [..., vocab]

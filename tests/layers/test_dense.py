@@ -115,6 +115,27 @@ def test_tied_output_layer_and_bias_gradients_match_autodiff():
     np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
+def test_bf16_tied_output_layer_takes_all_three_products_in_bf16():
+  """transposed_dot (BERT's tied MLM projection on CPU) with matmul_dtype follows the Dense
+  layers' rule: logits = x·tableᵀ and dx = g·table, dtable = gᵀ·x of the bf16-rounded
+  operands and cotangent, summed in float32, float32 logits and float32 gradients."""
+  kx, kt, kg = jax.random.split(jax.random.key(9), 3)
+  x = jax.random.normal(kx, (2, 3, 64))                       # [batch, len, d]
+  table = jax.random.normal(kt, (13, 64))                     # [vocab, d]
+  g = jax.random.normal(kg, (2, 3, 13))                       # cotangent of the logits
+  y, vjp = jax.jit(lambda x, t: jax.vjp(
+      lambda a, b: dense.transposed_dot(a, b, "bfloat16"), x, t))(x, table)
+  dx, dtable = vjp(g)
+  assert (y.dtype, dx.dtype, dtable.dtype) == (jnp.float32,) * 3
+  r = lambda a: np.asarray(a.astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+  x2, t2, g2 = r(x).reshape(6, 64), r(table), r(g).reshape(6, 13)
+  np.testing.assert_allclose(y, (x2 @ t2.T).reshape(2, 3, 13), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(dx, (g2 @ t2).reshape(x.shape), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(dtable, g2.T @ x2, rtol=1e-5, atol=1e-5)
+  f32 = np.asarray(dense.transposed_dot(x, table)).reshape(6, 13)  # without the rounding
+  assert np.abs(f32 - x2 @ t2.T).max() > 1e-3
+
+
 def test_bf16_matmul_operands_accumulate_in_float32():
   """matmul_dtype="bfloat16": operands rounded to bf16, products summed in float32 (the
   float64 product of the rounded operands, not a bf16-rounded result), float32 out."""

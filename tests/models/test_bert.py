@@ -150,3 +150,33 @@ def test_dense_grad_2d_changes_no_output_and_no_gradient(tiny_bert):
   for path, want in jax.tree_util.tree_leaves_with_path(gj):
     np.testing.assert_allclose(flat_2d[path], want, rtol=1e-4, atol=1e-5,
                                err_msg=jax.tree_util.keystr(path))
+
+
+def _dots(jaxpr):
+  """Every dot_general of a jaxpr, inside custom_vjp calls and other sub-jaxprs too."""
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "dot_general":
+      yield eqn
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else [value]:
+        sub = getattr(sub, "jaxpr", sub)  # a ClosedJaxpr's Jaxpr
+        if hasattr(sub, "eqns"):
+          yield from _dots(sub)
+
+
+@pytest.mark.parametrize("dense_grad_2d", [True, False])
+def test_matmul_dtype_reaches_the_tied_mlm_projection(dense_grad_2d):
+  """model.matmul_dtype casts the operands of the MLM head's product with the embedding
+  table too (on CPU's 2-D-gradient path, transposed_dot, as on jax's), as the Dense
+  layers': its logits are float32 sums of bf16 operands. (The head ignored it: the
+  largest product of a pretraining step stayed float32.)"""
+  cfg = TINY.replace(vocab_size=300, matmul_dtype="bfloat16", dense_grad_2d=dense_grad_2d)
+  model = BertForPreTraining(cfg)
+  inputs = dummy_inputs(2, 12, 3)
+  variables = jax.eval_shape(model.init, jax.random.key(0), **inputs)
+  jaxpr = jax.make_jaxpr(model.apply)(variables, **inputs).jaxpr
+  head = [e for e in _dots(jaxpr) if e.outvars[0].aval.shape[-1] == cfg.padded_vocab]
+  assert head, "no product with the vocabulary"
+  for eqn in head:
+    assert [v.aval.dtype for v in eqn.invars] == [jnp.dtype(jnp.bfloat16)] * 2
+    assert eqn.outvars[0].aval.dtype == jnp.float32
