@@ -127,10 +127,11 @@ def hf_spec(data: dict, recipe: dict, budget: float, every: float, args, **extra
 
 def ours_spec(name: str, data: dict, budget: float, every: float, args, **extra) -> dict:
   return {"config": os.path.join(bench_util.ROOT, CONFIGS[name]),
-          "overrides": {"data.data_dir": args.data_dir, **extra.pop("overrides", {})},
+          "overrides": {"data.data_dir": args.data_dir, **args.ours_overrides,
+                        **extra.pop("overrides", {})},
           "workdir": os.path.join(args.out, f"ours_{name}"),
           "masked": data[f"masked_{name}"], "budget_s": budget, "every_s": every,
-          "fit_steps": True, **extra}
+          "fit_steps": args.fit_steps, **extra}
 
 
 def tune(data: dict, args) -> tuple[dict, list]:
@@ -172,6 +173,12 @@ def main():
                       "(e.g. the machine's load)")
   parser.add_argument("--torch-python", dest="torch_python",
                       default=bench_util.default_python(".venv-ref"))
+  parser.add_argument("--ours_overrides", type=json.loads, default={},
+                      help='JSON {dotted config key: value} for our runs, e.g. '
+                      '\'{"train.learning_rate": 0.003}\' (a trial: give it its own --out)')
+  parser.add_argument("--no_fit", dest="fit_steps", action="store_false",
+                      help="our runs keep their configs' num_steps (no probe), e.g. with "
+                      "--ours_overrides '{\"train.num_steps\": 2000}' --budget 100000")
   args = parser.parse_args()
   try:
     bench_util.check_python(args.torch_python, "--torch-python", bench_util.REF_VENV)

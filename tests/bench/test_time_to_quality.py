@@ -139,3 +139,18 @@ def test_the_runs_stage_keeps_every_run_and_draws_the_table(tmp_path, monkeypatc
     results = json.load(f)
   assert {k: v["curve"][-1]["accuracy"] for k, v in results["runs"].items()} == accuracy
   assert len(results["table"]) == 2 + 4 and (tmp_path / "ttq.png").exists()
+
+
+def test_our_runs_take_the_overrides_and_the_fit_switch():
+  """--ours_overrides reach our runs' configs (under a stage's own, e.g. the base sizes);
+  --no_fit keeps their num_steps (the fixed-step trials of RESULTS "What moves :demo")."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  import time_to_quality as ttq  # pylint: disable=g-import-not-at-top
+  args = argparse.Namespace(data_dir="/data", out="/out", fit_steps=False,
+                            ours_overrides={"train.learning_rate": 0.003, "model.num_layers": 4})
+  spec = ttq.ours_spec("demo", {"masked_demo": "/out/masked_4096.npz"}, 360.0, 30.0, args,
+                       overrides={"model.num_layers": 12})
+  assert spec["overrides"] == {"data.data_dir": "/data", "train.learning_rate": 0.003,
+                               "model.num_layers": 12}
+  assert spec["fit_steps"] is False and spec["config"].endswith("configs/bert_tiny.py:demo")
+  assert spec["masked"] == "/out/masked_4096.npz" and spec["workdir"] == "/out/ours_demo"
