@@ -189,44 +189,16 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
 def transposed_dot(x, table, matmul_dtype=None):
   """x [..., d] · tableᵀ -> [..., n] (a tied output layer: table is the [n, d] embedding).
 
-  Gradient as dx = g2 · table and dtable = (x2ᵀ · g2)ᵀ: the transpose falls on the small
-  [d, M] activations and the [d, n] result, not on the [M, n] logits gradient, which
-  XLA:CPU otherwise transposes inside the softmax-backward fusion (BERT-mini's MLM head:
-  37 ms of a ~1 s step in that one fusion).
-  matmul_dtype: None, the operands' dtype; else the Dense layers' rule (_dense_dot): both
-  operands, and in the backward the cotangent too, in that dtype, summed in float32, and
-  float32 logits.
+  The Dense layers' product (_dense_dot) of x and tableᵀ: its 2-D gradient gives
+  dx = g2 · table and dtable = (x2ᵀ · g2)ᵀ, so the transpose falls on the small [d, M]
+  activations and the [d, n] result, not on the [M, n] logits gradient, which XLA:CPU
+  otherwise transposes inside the softmax-backward fusion (BERT-mini's MLM head: 37 ms of
+  a ~1 s step in that one fusion). matmul_dtype: None, the operands' dtype; else the
+  Dense layers' rule: both operands, and in the backward the cotangent too, in that
+  dtype, summed in float32, and float32 logits.
   """
   cast = None if matmul_dtype is None else (jnp.dtype(matmul_dtype), x.dtype, table.dtype)
-  return _transposed_dot(x, table, cast)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _transposed_dot(x, table, cast):
-  return _transposed_dot_fwd(x, table, cast)[0]
-
-
-def _transposed_dot_fwd(x, table, cast):
-  """cast: as _fwd's (None, or (matmul dtype, x's dtype, table's dtype))."""
-  if cast is None:
-    return jnp.dot(x, table.T), (x, table)
-  x, table = x.astype(cast[0]), table.astype(cast[0])  # the residuals too: half the bytes
-  return jnp.dot(x, table.T, preferred_element_type=jnp.float32), (x, table)
-
-
-def _transposed_dot_bwd(cast, residuals, g):
-  x, table = residuals
-  x_dtype, table_dtype, accumulate = x.dtype, table.dtype, None
-  if cast is not None:  # autocast's backward, as _bwd's
-    g, accumulate, x_dtype, table_dtype = g.astype(cast[0]), jnp.float32, cast[1], cast[2]
-  n, d = table.shape
-  g2, x2 = g.reshape(-1, n), x.reshape(-1, d)                          # [M, n], [M, d]
-  dx = jnp.dot(g2, table, preferred_element_type=accumulate).reshape(x.shape)  # [..., d]
-  dtable = jnp.dot(x2.T, g2, preferred_element_type=accumulate).T      # [n, d]
-  return dx.astype(x_dtype), dtable.astype(table_dtype)
-
-
-_transposed_dot.defvjp(_transposed_dot_fwd, _transposed_dot_bwd)
+  return _dense_dot(x, table.T, 1, None, cast)
 
 
 @jax.custom_vjp
