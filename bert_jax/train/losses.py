@@ -21,14 +21,16 @@ def softmax_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Arr
   """
   logits = logits.astype(jnp.float32)
   num_classes = logits.shape[-1]
-  # CE = logsumexp(z) - Σ t·z for targets t summing to 1: no [..., classes] log_softmax
-  # array is materialized (the MLM head's [batch, P, vocab] is the big one).
+  # CE = logsumexp(z) - Σ t·z for targets t summing to 1, with Σ t·z taken from the label's
+  # logit alone (a gather) and, with smoothing, the row's sum: no [..., classes] one-hot
+  # or log_softmax array is materialized. The MLM head's [batch, P, vocab] logits are the
+  # big case: its one-hot product was a whole extra pass over them forward and backward
+  # (bench/RESULTS.md "The MLM loss without a one-hot").
   lse = jax.nn.logsumexp(logits, axis=-1)                        # [...]
-  onehot = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
-  true_logit = jnp.sum(onehot * logits, axis=-1)                 # [...]
+  true_logit = label_logit(logits, labels)                       # [...]
   if label_smoothing:
-    targets = onehot * (1.0 - label_smoothing) + label_smoothing / num_classes
-    loss = lse - jnp.sum(targets * logits, axis=-1)
+    loss = lse - ((1.0 - label_smoothing) * true_logit
+                  + label_smoothing / num_classes * jnp.sum(logits, axis=-1))
   else:
     loss = lse - true_logit
   if focal_gamma:
@@ -39,6 +41,14 @@ def softmax_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Arr
   if weights is not None:
     loss = loss * weights.astype(jnp.float32)
   return jnp.sum(loss)
+
+
+def label_logit(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """logits[..., label] ([...]); 0 where the label is outside [0, classes), as a one-hot
+  product gives (ignore indices such as -100 or -1 carry weight 0 anyway)."""
+  in_range = (labels >= 0) & (labels < logits.shape[-1])
+  safe = jnp.where(in_range, labels, 0)[..., None]                     # [..., 1]
+  return jnp.where(in_range, jnp.take_along_axis(logits, safe, axis=-1)[..., 0], 0.0)
 
 
 def correct_count(logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None):

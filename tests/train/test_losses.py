@@ -50,3 +50,33 @@ def test_correct_count_is_argmax_accuracy_with_its_tie_breaking():
   labels = jnp.asarray(rng.integers(0, 30, size=(50,)))
   assert float(losses.correct_count(logits, labels)) == float(
       np.sum(np.argmax(np.asarray(logits), -1) == np.asarray(labels)))
+
+
+def test_cross_entropy_gradient_is_softmax_minus_one_hot_and_skips_out_of_range_labels():
+  """The label's logit is gathered, not taken through a one-hot product: the gradient must
+  still be the published (softmax - one_hot(label)) · w, and a label outside [0, classes)
+  (an ignore index) still contributes logsumexp alone, as the one-hot form did."""
+  import jax
+  rng = np.random.default_rng(1)
+  logits = rng.normal(size=(6, 5, 9)).astype(np.float32) * 2
+  labels = rng.integers(0, 9, size=(6, 5))
+  labels[0, :2] = -100
+  labels[1, 0] = 9
+  weights = rng.random((6, 5)).astype(np.float32)
+  grad = jax.grad(losses.softmax_cross_entropy)(jnp.asarray(logits), jnp.asarray(labels),
+                                                 jnp.asarray(weights))
+  p = np.exp(logits - logits.max(-1, keepdims=True))
+  p /= p.sum(-1, keepdims=True)
+  onehot = (np.arange(9) == labels[..., None]).astype(np.float32)  # zero rows out of range
+  np.testing.assert_allclose(grad, (p - onehot) * weights[..., None], rtol=1e-5, atol=1e-7)
+  lse = np.log(np.exp(logits).sum(-1))
+  want = np.sum((lse - np.sum(onehot * logits, -1)) * weights)
+  np.testing.assert_allclose(losses.softmax_cross_entropy(
+      jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(weights)), want, rtol=1e-5)
+  # Label smoothing ε: targets (1 - ε)·one_hot + ε/classes, the loss -Σ targets·log p
+  # (on the rows with a label: the formula's targets sum to 1 only there).
+  eps, kept = 0.2, weights * (onehot.sum(-1) > 0)
+  targets = (1 - eps) * onehot + eps / 9
+  np.testing.assert_allclose(losses.softmax_cross_entropy(
+      jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(kept), label_smoothing=eps),
+      np.sum(-np.sum(targets * (logits - lse[..., None]), -1) * kept), rtol=1e-5)
