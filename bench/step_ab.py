@@ -1,0 +1,113 @@
+"""A change to one module against a commit's version of it, in one process: our
+pretraining train step timed with the module's functions as they are and as they were,
+interleaved, so both see the same machine state (this CPU drifts ~10% within an hour).
+
+  .venv/bin/python bench/step_ab.py --at d1f6f0f --module bert_jax.train.losses \
+      --names softmax_cross_entropy,correct_count [--config configs/bert_tiny.py:bert]
+      [--sizes config] [--batch 32] [--rounds 20] [--steps 10]
+
+Builds the step exactly as bench/pretrain_profile.py does (the config at its own sizes,
+or BERT-base's with --sizes base; the loop's jitted step, one device), twice: once with
+the named functions of --module as they were at --at (its source from `git show`,
+loaded as a separate module), once as they are now. A function the step calls through
+the module's attribute (`losses.softmax_cross_entropy(...)`) is traced with whichever
+version is installed when the step first compiles. Then --rounds rounds of --steps
+steps a side, alternating; prints each side's median and best ms a step, the median of
+the rounds' new/old ratios, and the load before and after. Run it under
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 to time what the training CLI runs (it restarts
+itself with huge pages for the host allocator, bert_jax/host_malloc.py).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def module_at(commit: str, module: str):
+  """`module` (dotted name) as its source was at `commit`, loaded under another name."""
+  import bench_util
+  path = module.replace(".", "/") + ".py"
+  try:
+    source = subprocess.run(["git", "-C", bench_util.ROOT, "show", f"{commit}:{path}"],
+                            capture_output=True, text=True, check=True).stdout
+  except subprocess.CalledProcessError as e:
+    raise bench_util.BenchError(f"git show {commit}:{path}: {e.stderr.strip()}") from e
+  with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+    f.write(source)
+  spec = importlib.util.spec_from_file_location(f"{module}_at_{commit}", f.name)
+  old = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(old)
+  os.unlink(f.name)
+  return old
+
+
+def main() -> None:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--at", required=True, help="the commit whose version is the baseline")
+  p.add_argument("--module", required=True)
+  p.add_argument("--names", required=True, help="comma-separated functions to swap")
+  p.add_argument("--config", default="configs/bert_tiny.py:bert")
+  p.add_argument("--sizes", choices=("base", "config"), default="config")
+  p.add_argument("--batch", type=int, default=32)
+  p.add_argument("--rounds", type=int, default=20)
+  p.add_argument("--steps", type=int, default=10)
+  p.add_argument("--data_dir", default="~/bert_jax_data")
+  args = p.parse_args()
+  import bench_util
+  try:
+    run(args)
+  except bench_util.BenchError as e:
+    print(f"step_ab: error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+def run(args) -> None:
+  import bench_util
+  import jax
+  import pretrain_profile
+  bench_util.header("step_ab")
+  module = importlib.import_module(args.module)
+  names = args.names.split(",")
+  old = module_at(args.at, args.module)
+  missing = [n for n in names if not hasattr(old, n) or not hasattr(module, n)]
+  if missing:
+    raise bench_util.BenchError(f"{args.module} has no {', '.join(missing)} (now or at {args.at})")
+  versions = {f"at {args.at}": [getattr(old, n) for n in names],
+              "now": [getattr(module, n) for n in names]}
+  steps = {}
+  for label, fns in versions.items():
+    for n, fn in zip(names, fns):
+      setattr(module, n, fn)
+    step, _ = pretrain_profile.build(args)
+    for _ in range(3):  # compiles with this version installed, then warms up
+      jax.block_until_ready(step())
+    steps[label] = step
+  times = {label: [] for label in steps}
+  for _ in range(args.rounds):
+    for label, step in steps.items():
+      start = time.perf_counter()
+      for _ in range(args.steps):
+        out = step()
+      jax.block_until_ready(out)
+      times[label].append(1e3 * (time.perf_counter() - start) / args.steps)
+  (old_label, old_ms), (new_label, new_ms) = times.items()
+  for label, ms in times.items():
+    print(f"{label}: median {statistics.median(ms):.1f} ms a step, best {min(ms):.1f} "
+          f"({args.rounds} rounds of {args.steps} steps)")
+  ratio = statistics.median(n / o for n, o in zip(new_ms, old_ms))
+  print(f"{new_label} / {old_label}: median of the rounds' ratios {ratio:.3f}")
+  print(bench_util.load_line("end"))
+
+
+if __name__ == "__main__":
+  main()
