@@ -13,9 +13,10 @@ loaded as a separate module), once as they are now. A function the step calls th
 the module's attribute (`losses.softmax_cross_entropy(...)`) is traced with whichever
 version is installed when the step first compiles. Then --rounds rounds of --steps
 steps a side, alternating; prints each side's median and best ms a step, the median of
-the rounds' new/old ratios, and the load before and after. Run it under
-GLIBC_TUNABLES=glibc.malloc.hugetlb=1 to time what the training CLI runs (it restarts
-itself with huge pages for the host allocator, bert_jax/host_malloc.py).
+the rounds' new/old ratios, and the load before and after. Like the training CLI it
+runs with huge pages for the host allocator (importing bench/ttq_ours_worker.py restarts
+the process with them unless GLIBC_TUNABLES already names the tunable:
+bert_jax/host_malloc.py).
 """
 from __future__ import annotations
 
@@ -75,6 +76,7 @@ def run(args) -> None:
   import bench_util
   import jax
   import pretrain_profile
+  import ttq_ours_worker  # noqa: F401  pylint: disable=unused-import  (restarts with huge pages, once)
   bench_util.header("step_ab")
   module = importlib.import_module(args.module)
   names = args.names.split(",")
