@@ -35,7 +35,13 @@ def build(args):
   task = registry.get_task(c)
   task.prepare(os.path.expanduser(args.data_dir))
   step, batches = finetune_profile.loop_step(task, c, num_batches=3)
-  tokens = sum(int(b["input_mask"].sum()) for b in batches) / len(batches)
+  # Real tokens: BERT's batches mark them in input_mask, a language model's in its
+  # weights, translation's as the non-zero target ids.
+  def real(b):
+    if "input_mask" in b or "weights" in b:
+      return float(b["input_mask" if "input_mask" in b else "weights"].sum())
+    return float((b["tgt_ids"] > 0).sum())
+  tokens = sum(real(b) for b in batches) / len(batches)
   return step, tokens
 
 
