@@ -5,13 +5,17 @@ interleaved, so both see the same machine state (this CPU drifts ~10% within an 
   .venv/bin/python bench/step_ab.py --at d1f6f0f --module bert_jax.train.losses \
       --names softmax_cross_entropy,correct_count [--config configs/bert_tiny.py:bert]
       [--sizes config] [--batch 32] [--rounds 20] [--steps 10]
+      [--switch bert_jax.layers.cpu_threefry.use_unrolled]
 
 Builds the step exactly as bench/pretrain_profile.py does (the config at its own sizes,
 or BERT-base's with --sizes base; the loop's jitted step, one device), twice: once with
 the named functions of --module as they were at --at (its source from `git show`,
 loaded as a separate module), once as they are now. A function the step calls through
 the module's attribute (`losses.softmax_cross_entropy(...)`) is traced with whichever
-version is installed when the step first compiles. Then --rounds rounds of --steps
+version is installed when the step first compiles. --switch names a function of one
+bool that changes how later programs compile (a lowering rule): called with False
+before the baseline is built and True before today's; with it, --at, --module and
+--names may be left out. Then --rounds rounds of --steps
 steps a side, alternating; prints each side's median and best ms a step, the median of
 the rounds' new/old ratios, and the load before and after. Like the training CLI it
 runs with huge pages for the host allocator (importing bench/ttq_ours_worker.py restarts
@@ -45,8 +49,10 @@ def module_at(commit: str, module: str):
     raise bench_util.BenchError(f"git show {commit}:{path}: {e.stderr.strip()}") from e
   with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
     f.write(source)
-  spec = importlib.util.spec_from_file_location(f"{module}_at_{commit}", f.name)
+  name = f"{module}_at_{commit}"
+  spec = importlib.util.spec_from_file_location(name, f.name)
   old = importlib.util.module_from_spec(spec)
+  sys.modules[name] = old  # dataclasses (flax modules) look their module up while built
   spec.loader.exec_module(old)
   os.unlink(f.name)
   return old
@@ -54,9 +60,10 @@ def module_at(commit: str, module: str):
 
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--at", required=True, help="the commit whose version is the baseline")
-  p.add_argument("--module", required=True)
-  p.add_argument("--names", required=True, help="comma-separated functions to swap")
+  p.add_argument("--at", help="the commit whose version is the baseline")
+  p.add_argument("--module")
+  p.add_argument("--names", help="comma-separated functions to swap")
+  p.add_argument("--switch", help="module.function(enabled: bool), False for the baseline")
   p.add_argument("--config", default="configs/bert_tiny.py:bert")
   p.add_argument("--sizes", choices=("base", "config"), default="config")
   p.add_argument("--batch", type=int, default=32)
@@ -64,6 +71,9 @@ def main() -> None:
   p.add_argument("--steps", type=int, default=10)
   p.add_argument("--data_dir", default="~/bert_jax_data")
   args = p.parse_args()
+  swap = (args.at, args.module, args.names)
+  if any(swap) and not all(swap) or not any(swap) and not args.switch:
+    p.error("give --at, --module and --names together, and/or --switch")
   import bench_util
   try:
     run(args)
@@ -78,18 +88,32 @@ def run(args) -> None:
   import pretrain_profile
   import ttq_ours_worker  # noqa: F401  pylint: disable=unused-import  (restarts with huge pages, once)
   bench_util.header("step_ab")
-  module = importlib.import_module(args.module)
-  names = args.names.split(",")
-  old = module_at(args.at, args.module)
-  missing = [n for n in names if not hasattr(old, n) or not hasattr(module, n)]
-  if missing:
-    raise bench_util.BenchError(f"{args.module} has no {', '.join(missing)} (now or at {args.at})")
-  versions = {f"at {args.at}": [getattr(old, n) for n in names],
-              "now": [getattr(module, n) for n in names]}
+  module, names, versions = None, [], {"before": [], "now": []}
+  if args.module:
+    module = importlib.import_module(args.module)
+    names = args.names.split(",")
+    old = module_at(args.at, args.module)
+    missing = [n for n in names if not hasattr(old, n) or not hasattr(module, n)]
+    if missing:
+      raise bench_util.BenchError(
+          f"{args.module} has no {', '.join(missing)} (now or at {args.at})")
+    versions = {"before": [getattr(old, n) for n in names],
+                "now": [getattr(module, n) for n in names]}
+  switch = None
+  if args.switch:
+    where, _, name = args.switch.rpartition(".")
+    switch = getattr(importlib.import_module(where), name, None)
+    if switch is None:
+      raise bench_util.BenchError(f"--switch {args.switch}: no such function")
+  before = " and ".join(([f"at {args.at}"] if args.module else []) +
+                        ([f"{args.switch}(False)"] if switch else []))
   steps = {}
   for label, fns in versions.items():
     for n, fn in zip(names, fns):
       setattr(module, n, fn)
+    if switch is not None:
+      switch(label == "now")
+    label = before if label == "before" else "now"
     step, _ = pretrain_profile.build(args)
     for _ in range(3):  # compiles with this version installed, then warms up
       jax.block_until_ready(step())

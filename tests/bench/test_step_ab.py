@@ -34,3 +34,13 @@ def test_module_at_loads_the_commits_source_beside_todays():
                              losses.softmax_cross_entropy(logits, labels), rtol=1e-6)
   with pytest.raises(bench_util.BenchError, match="no_such_commit"):
     step_ab.module_at("no_such_commit", "bert_jax.train.losses")
+
+
+def test_module_at_loads_a_module_defining_flax_modules():
+  # Flax modules are dataclasses, which look their defining module up in sys.modules
+  # while the class is built: the baseline of a layers/ change must load too.
+  first = _first_commit_with("bert_jax/layers/dropout.py")
+  if first is None:
+    pytest.skip("not a git checkout with history")
+  old = step_ab.module_at(first, "bert_jax.layers.dropout")
+  assert old.Dropout(rate=0.1).rate == 0.1

@@ -48,3 +48,16 @@ def test_module_is_identity_when_deterministic_and_draws_from_the_dropout_stream
   c = Dropout(0.5, deterministic=False).apply({}, x, rngs={"dropout": jax.random.key(1)})
   assert a.dtype == jnp.bfloat16 and set(np.unique(np.asarray(a, np.float32))) <= {0.0, 2.0}
   assert (np.asarray(a) == np.asarray(b)).all() and not (np.asarray(a) == np.asarray(c)).all()
+
+
+def test_element_2i_is_word_i_low_half_and_2i_plus_1_its_high_half():
+  # The mask's definition (layers/dropout.py), from the words themselves: an odd last
+  # axis drops the last word's high half.
+  key, shape, rate = jax.random.key(5), (6, 7, 9), 0.3
+  keep, _ = keep_mask(key, shape, rate)
+  words = np.asarray(jax.random.bits(key, (6, 7, 5), jnp.uint32))
+  threshold = int(round((1 - rate) * 65536))
+  want = np.stack([(words & 0xFFFF) < threshold, (words >> 16) < threshold], -1)
+  np.testing.assert_array_equal(np.asarray(keep), want.reshape(6, 7, 10)[..., :9])
+  # A rate under 2^-17 keeps everything (a threshold of 2^16 compared without overflow).
+  assert bool(keep_mask(key, (4, 6), 1e-6)[0].all())
