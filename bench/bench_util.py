@@ -179,7 +179,8 @@ def read_spec(prog: str) -> dict:
 
 
 def fail(prog: str, message: str) -> None:
-  """A worker's one-line error (the driver shows it) and exit status 2."""
+  """A one-line error on stderr and exit status 2: a driver's (a BenchError), or a
+  worker's (its driver shows the line)."""
   print(f"{prog}: error: {message}", file=sys.stderr)
   sys.exit(2)
 

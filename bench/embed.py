@@ -268,8 +268,7 @@ def main():
               f"{runs['st'][-1]['process_s']:.1f} s (encode {runs['st'][-1]['encode_s']:.1f} "
               "s)", flush=True)
   except bench_util.BenchError as e:
-    print(f"embed: error: {e}", file=sys.stderr)
-    sys.exit(2)
+    bench_util.fail("embed", str(e))
   except OutputMismatch as e:
     print(f"embed: FAILED: outputs differ: {e}", file=sys.stderr)
     sys.exit(1)

@@ -226,8 +226,7 @@ def main():
         print(f"rep {rep + 1}: ours {ours['process_s']:.1f} s, torch {torch['process_s']:.1f} s",
               flush=True)
   except bench_util.BenchError as e:
-    print(f"finetune_throughput: error: {e}", file=sys.stderr)
-    sys.exit(2)
+    bench_util.fail("finetune_throughput", str(e))
   report(c, runs, steps)
   print("\n" + bench_util.load_line("end"))
 

@@ -270,8 +270,7 @@ def main():
                 f"held-out accuracy {r['accuracy']:.3f}; {bench_util.load_line('now')}",
                 flush=True)
   except bench_util.BenchError as e:
-    print(f"finetune_vs_trainer: error: {e}", file=sys.stderr)
-    sys.exit(2)
+    bench_util.fail("finetune_vs_trainer", str(e))
   if args.json:
     with open(args.json, "w", encoding="utf-8") as f:
       json.dump({"results": results, "n_train": len(data["train_labels"]),

@@ -78,8 +78,7 @@ def main() -> None:
   try:
     run(args)
   except bench_util.BenchError as e:
-    print(f"step_ab: error: {e}", file=sys.stderr)
-    sys.exit(2)
+    bench_util.fail("step_ab", str(e))
 
 
 def run(args) -> None:

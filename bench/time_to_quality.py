@@ -184,8 +184,7 @@ def main():
     bench_util.check_python(args.torch_python, "--torch-python", bench_util.REF_VENV)
     run(args)
   except bench_util.BenchError as e:
-    print(f"time_to_quality: error: {e}", file=sys.stderr)
-    sys.exit(2)
+    bench_util.fail("time_to_quality", str(e))
 
 
 def run(args) -> None:

@@ -479,8 +479,7 @@ def main():
       for case in cases:
         rows += bench_compile(args) if case == "compile" else bench_case(case, args, peak, tmp)
   except bench_util.BenchError as e:
-    print(f"train_step: error: {e}", file=sys.stderr)
-    sys.exit(2)
+    bench_util.fail("train_step", str(e))
   print_rows(rows, peak)
   print("\n" + bench_util.load_line("end"))
 
