@@ -150,6 +150,16 @@ def serve(handlers: dict) -> None:
     reply(handlers[name](**command))
 
 
+def pause(report: dict) -> None:
+  """A worker that its driver interleaves with others (time_to_quality's runs): answers
+  `report`, then waits on stdin, using no CPU, until the driver says {"cmd": "continue"};
+  {"cmd": "quit"} or a closed stdin (the driver is gone) ends the process."""
+  reply(report)
+  line = sys.stdin.readline()
+  if not line or json.loads(line).get("cmd") != "continue":
+    sys.exit(0)
+
+
 def reply(obj: dict) -> None:
   out = _PROTOCOL or sys.stdout
   out.write(json.dumps(obj) + "\n")

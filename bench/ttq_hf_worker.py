@@ -28,7 +28,8 @@ model_max_length capped at 1024, exceeds the model's table) and no other flag:
 SPEC: `vocab`, `train_text`, `masked` (the scorer's fixed set), `curve`, `check` (lines and
 our ids for them), `model` sizes, `recipe` (TrainingArguments overrides; `fit_steps`:
 max_steps = the measured steps/s x budget, so a schedule ends with the budget),
-`budget_s`, `every_s`, `max_steps` (0: none), `threads`; the fit's rate is measured over
+`budget_s`, `every_s`, `max_steps` (0: none), `threads`, `interleave` (pause for the
+driver before the clock starts and after every score: bench_util.pause); the fit's rate is measured over
 PROBE_STEPS steps after PROBE_WARMUP warm-up steps, in a throw-away Trainer (off the clock).
 Training stops at `budget_s` of training wall clock (the Trainer's clock from
 on_train_begin, with the scoring paused out of it) or at the end of its schedule; every
@@ -147,7 +148,7 @@ def main():
     curve.flush()
 
   clock = make_clock(transformers, score, float(spec["budget_s"]), float(spec["every_s"]),
-                int(spec.get("max_steps") or 0))
+                int(spec.get("max_steps") or 0), spec.get("interleave", False))
   trainer = trainer_for(model, [clock])
   batch = trainer.args.per_device_train_batch_size
   trainer.train()
@@ -184,13 +185,17 @@ def make_step_rate(transformers, warm: int):
   return _Rate()
 
 
-def make_clock(transformers, score, budget: float, every: float, max_steps: int):
-  """The training clock: scores off the clock, stops at the budget (module docstring)."""
+def make_clock(transformers, score, budget: float, every: float, max_steps: int,
+               interleave: bool = False):
+  """The training clock: scores off the clock, stops at the budget (module docstring);
+  `interleave`: waits for the driver before the clock starts and after every score."""
 
   class _Clock(transformers.TrainerCallback):
     step, seconds, reason, steady = 0, 0.0, "schedule end", None
 
     def on_train_begin(self, args, state, control, **kw):
+      if interleave:
+        bench_util.pause({"ready": True, "num_steps": state.max_steps})
       score(0, 0.0, args.learning_rate if args.warmup_ratio == 0 and not args.warmup_steps
             else 0.0)
       self.paused, self.next = 0.0, every
@@ -213,6 +218,9 @@ def make_clock(transformers, score, budget: float, every: float, max_steps: int)
         stop = time.perf_counter()
         lr = kw["lr_scheduler"].get_last_lr()[0]
         score(self.step, now, lr)
+        if interleave and not last:  # its turn ends; the wait is off the clock too
+          bench_util.pause({"step": self.step, "seconds": now,
+                            "tokens": self.step * args.per_device_train_batch_size * SEQ})
         self.paused += time.perf_counter() - stop
         while self.next <= now:
           self.next += every

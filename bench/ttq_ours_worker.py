@@ -8,7 +8,9 @@ SPEC: `config` (path:arg, e.g. configs/bert_tiny.py:demo), `overrides` ({dotted 
 value}, data.data_dir among them), `masked` (the scorer's fixed set for this config's
 vocabulary, bench/ttq_scorer.py), `curve` (a jsonl file: one row per checkpoint),
 `budget_s`, `every_s`, `max_steps` (0: the config's num_steps), `fit_steps` (num_steps =
-the measured steps/s x (budget - the compile), warmup in the config's proportion).
+the measured steps/s x (budget - the compile), warmup in the config's proportion),
+`interleave` (pause for the driver before the clock starts and at every score point:
+bench_util.pause).
 
 The run is train/loop.py's, step for step: PretrainingTask, make_optimizer over the
 config's num_steps (its warmup and decay as configured), the state from
@@ -170,6 +172,12 @@ def main():
                             "learning_rate": float(schedule(max(step - 1, 0)))}) + "\n")
     curve.flush()
 
+  # Interleaved (the driver's default): built, probed and compiled-for-scoring alone,
+  # the run waits for the driver before its clock starts and at each score point, so
+  # the runs take turns on the cores in slices of `every_s` (time_to_quality.py).
+  interleave = spec.get("interleave", False)
+  if interleave:
+    bench_util.pause({"ready": True, "num_steps": total})
   with mesh:
     score(0, 0.0, 0)
     budget, every = float(spec["budget_s"]), float(spec["every_s"])
@@ -191,6 +199,8 @@ def main():
         now = clock()
         stop = time.perf_counter()
         score(step, now, tokens)
+        if interleave and not done:  # its turn ends; the wait is off the clock too
+          bench_util.pause({"step": step, "seconds": now, "tokens": tokens})
         paused += time.perf_counter() - stop
         while next_score <= now:
           next_score += every

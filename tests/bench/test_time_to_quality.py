@@ -133,7 +133,8 @@ def test_the_runs_stage_keeps_every_run_and_draws_the_table(tmp_path, monkeypatc
   monkeypatch.setattr(ttq, "run_worker", worker)
   args = argparse.Namespace(out=str(tmp_path), stages="tune,runs,base", runs=",".join(ttq.LABELS),
                             budget=60.0, every=30.0, base_steps=0, threads=2, note="",
-                            picture=str(tmp_path / "ttq.png"), data_dir=str(tmp_path))
+                            picture=str(tmp_path / "ttq.png"), data_dir=str(tmp_path),
+                            sequential=True)
   ttq.run(args)
   with open(tmp_path / "results.json", encoding="utf-8") as f:
     results = json.load(f)
@@ -154,3 +155,69 @@ def test_our_runs_take_the_overrides_and_the_fit_switch():
                                "model.num_layers": 12}
   assert spec["fit_steps"] is False and spec["config"].endswith("configs/bert_tiny.py:demo")
   assert spec["masked"] == "/out/masked_4096.npz" and spec["workdir"] == "/out/ours_demo"
+
+
+FAKE_WORKER = """
+import json, sys
+sys.path.insert(0, {bench!r})
+import bench_util
+name, slices, rate, log = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+bench_util.claim_stdout()
+bench_util.pause({{"ready": True, "num_steps": slices}})
+for i in range(1, slices + 1):
+  with open(log, "a") as f:
+    f.write(name + "\\n")
+  report = {{"step": i, "seconds": 10.0 * i, "tokens": int(rate * 10 * i)}}
+  if i < slices:
+    bench_util.pause(report)
+with open(log, "a") as f:
+  f.write(name + " done\\n")
+bench_util.reply({{"steps": slices, "seconds": 10.0 * slices, "tokens": int(rate * 10 * slices),
+                  "stopped": "budget", "steady_tokens_per_s": rate}})
+"""
+
+
+def test_interleaved_runs_take_turns_and_give_slice_ratios(tmp_path, monkeypatch):
+  """run_interleaved: real worker processes speaking bench_util.pause's protocol (a fake
+  trainer: no jax, no torch) take turns slice by slice; a run that ends leaves the
+  rotation; slice_ratios pairs the two sides' slices of each round, the first left out."""
+  import argparse  # pylint: disable=g-import-not-at-top
+  import time_to_quality as ttq  # pylint: disable=g-import-not-at-top
+  script = tmp_path / "fake_worker.py"
+  script.write_text(FAKE_WORKER.format(bench=os.path.dirname(ttq.__file__)))
+  log = str(tmp_path / "turns.log")
+  plan = {"ours": (4, 300.0), "theirs": (2, 100.0)}  # (slices, tokens/s)
+
+  def argv(kind, name, spec, args):
+    assert spec["interleave"] is True and kind == "x"
+    slices, rate = plan[name]
+    return [sys.executable, str(script), name, str(slices), str(rate), log], \
+        str(tmp_path / f"{name}.curve.jsonl")
+
+  monkeypatch.setattr(ttq, "worker_argv", argv)
+  got = ttq.run_interleaved([("ours", "x", {}), ("theirs", "x", {})],
+                            argparse.Namespace(out=str(tmp_path)), gap_s=0.0)
+  with open(log, encoding="utf-8") as f:
+    turns = f.read().split("\n")
+  # Round by round: ours, theirs; theirs ends in round 2, ours trains on alone.
+  assert turns == ["ours", "theirs", "ours", "theirs", "theirs done", "ours", "ours",
+                   "ours done", ""]
+  assert [s["round"] for s in got["ours"]["slices"]] == [0, 1, 2, 3]
+  assert got["theirs"]["slices"][-1] == {"round": 1, "step": 2, "seconds": 20.0,
+                                         "tokens": 2000}
+  assert got["theirs"]["summary"]["stopped"] == "budget" and got["theirs"]["curve"] == []
+  # Only round 1 has both sides past the first round: 300 / 100 tokens/s.
+  assert ttq.slice_ratios(got["ours"]["slices"], got["theirs"]["slices"]) == \
+      pytest.approx([3.0])
+  assert ttq.slice_ratios(got["ours"]["slices"], got["theirs"]["slices"], 0) == \
+      pytest.approx([3.0, 3.0])
+  # The report gives the goal both ways: whole runs, and the median of the slice pairs.
+  results = {"runs": {"ours_bert": {"summary": got["ours"]["summary"],
+                                    "slices": got["ours"]["slices"]},
+                      "hf_defaults": {"summary": got["theirs"]["summary"],
+                                      "slices": got["theirs"]["slices"]}}}
+  ttq.report(results, argparse.Namespace())
+  assert results["ratios"] == {
+      "bert_tiny sizes": (3.0, 2.5),
+      "bert_tiny sizes, median of 1 interleaved slices (3.00-3.00x)": (3.0, 2.5)}
+  assert results["slice_ratios"] == {"bert_tiny sizes": pytest.approx([3.0])}
