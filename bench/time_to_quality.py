@@ -135,7 +135,7 @@ def run_worker(kind: str, name: str, spec: dict, args) -> dict:
   return finished(name, bench_util.run_json(argv, name), curve_path)
 
 
-def run_interleaved(runs: list, args, gap_s: float = 0.5) -> dict:
+def run_interleaved(runs: list, args, gap_s: float = 0.5, on_finish=None) -> dict:
   """The runs [(name, kind, spec)] taking turns on the cores: {name: {"summary", "curve",
   "slices"}}.
 
@@ -147,7 +147,8 @@ def run_interleaved(runs: list, args, gap_s: float = 0.5) -> dict:
   ours, which decided ratios run one after the other). A slice is (round, step,
   seconds, tokens) at its end: per-slice rates of runs in the same round are the
   interleaved comparison (slice_ratios). `gap_s` between turns lets a finished turn's
-  thread pools go idle (OpenMP spins a while after its last op).
+  thread pools go idle (OpenMP spins a while after its last op). `on_finish(name,
+  result)` is called as each run ends (the driver saves it then, not after all).
   """
   workers, curves, out = {}, {}, {}
   try:
@@ -170,6 +171,8 @@ def run_interleaved(runs: list, args, gap_s: float = 0.5) -> dict:
         else:
           got_slice = {"round": round_, **got}
         out[name]["slices"].append(got_slice)
+        if "stopped" in got and on_finish:
+          on_finish(name, out[name])
         time.sleep(gap_s)
       round_ += 1
   finally:
@@ -321,7 +324,10 @@ def run(args) -> None:
         results["runs"][name] = run_worker(kind, name, spec(), args)
         save()
     else:
-      results["runs"].update(run_interleaved([(n, k, spec()) for n, k, spec in todo], args))
+      def keep(name, result):
+        results["runs"][name] = result  # as in the sequential loop: into results itself
+        save()
+      run_interleaved([(n, k, spec()) for n, k, spec in todo], args, on_finish=keep)
     save()
   if "base" in stages and args.base_steps:
     base = results["base"] = {}

@@ -29,8 +29,9 @@ SPEC: `vocab`, `train_text`, `masked` (the scorer's fixed set), `curve`, `check`
 our ids for them), `model` sizes, `recipe` (TrainingArguments overrides; `fit_steps`:
 max_steps = the measured steps/s x budget, so a schedule ends with the budget),
 `budget_s`, `every_s`, `max_steps` (0: none), `threads`, `interleave` (pause for the
-driver before the clock starts and after every score: bench_util.pause); the fit's rate is measured over
-PROBE_STEPS steps after PROBE_WARMUP warm-up steps, in a throw-away Trainer (off the clock).
+driver before the clock starts and after every score: bench_util.pause); the fit's rate
+is measured over PROBE_STEPS steps after PROBE_WARMUP warm-up steps, in a throw-away
+Trainer (off the clock).
 Training stops at `budget_s` of training wall clock (the Trainer's clock from
 on_train_begin, with the scoring paused out of it) or at the end of its schedule; every
 `every_s` (and at step 0 and at the stop) the model is scored on the fixed set.

@@ -172,7 +172,7 @@ def main():
                             "learning_rate": float(schedule(max(step - 1, 0)))}) + "\n")
     curve.flush()
 
-  # Interleaved (the driver's default): built, probed and compiled-for-scoring alone,
+  # Interleaved (the driver's default): built and probed while the other runs wait,
   # the run waits for the driver before its clock starts and at each score point, so
   # the runs take turns on the cores in slices of `every_s` (time_to_quality.py).
   interleave = spec.get("interleave", False)

@@ -195,8 +195,12 @@ def test_interleaved_runs_take_turns_and_give_slice_ratios(tmp_path, monkeypatch
         str(tmp_path / f"{name}.curve.jsonl")
 
   monkeypatch.setattr(ttq, "worker_argv", argv)
+  ended = []
   got = ttq.run_interleaved([("ours", "x", {}), ("theirs", "x", {})],
-                            argparse.Namespace(out=str(tmp_path)), gap_s=0.0)
+                            argparse.Namespace(out=str(tmp_path)), gap_s=0.0,
+                            on_finish=lambda name, result: ended.append(
+                                (name, len(result["slices"]))))
+  assert ended == [("theirs", 2), ("ours", 4)]  # each saved as it ends, with its slices
   with open(log, encoding="utf-8") as f:
     turns = f.read().split("\n")
   # Round by round: ours, theirs; theirs ends in round 2, ours trains on alone.
