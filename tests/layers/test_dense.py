@@ -216,3 +216,33 @@ def test_kernels_cast_once_at_load_compute_the_same_and_leave_no_convert():
             if re.search(r"bf16\[64,[\d,]+\]\S* convert\(", l)]
 
   assert kernel_converts(compiled_f32) and not kernel_converts(compiled_cast)
+
+
+def test_tied_attend_trains_through_transposed_dot_and_decodes_through_embed_attend():
+  """dense.attend (GPT's and the translation decoder's tied output layer): where
+  dense_grad_2d (CPU), training takes transposed_dot's 2-D gradient; decoding keeps
+  flax's Embed.attend (faster at a few rows). Same logits and gradients either way."""
+  from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
+  kx, kg = jax.random.split(jax.random.key(6))
+  x = jax.random.normal(kx, (2, 3, 16))                       # [batch, len, d]
+  g = jax.random.normal(kg, (2, 3, 11))                       # cotangent of the logits
+  embed = nn.Embed(11, 16)
+  params = embed.init(jax.random.key(7), jnp.zeros((1,), jnp.int32))
+  base = dict(vocab_size=11, hidden_size=16, num_layers=1, num_heads=1, dense_grad_2d=True)
+
+  def run(cfg):
+    f = lambda p, x: embed.apply(p, x, method=lambda m, x: dense.attend(cfg, m, x))
+    y, vjp = jax.vjp(f, params, x)
+    return f, y, vjp(g)
+
+  want_y, want_vjp = jax.vjp(lambda p, x: embed.apply(p, x, method=nn.Embed.attend),
+                             params, x)
+  for decode, vjp_in_jaxpr in ((False, True), (True, False)):
+    f, y, (dp, dx) = run(TransformerConfig(**base, decode=decode))
+    assert ("custom_vjp" in str(jax.make_jaxpr(f)(params, x))) is vjp_in_jaxpr
+    assert y.dtype == jnp.float32
+    np.testing.assert_allclose(y, want_y, rtol=1e-5, atol=1e-5)
+    want_dp, want_dx = want_vjp(g)
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dp["params"]["embedding"], want_dp["params"]["embedding"],
+                               rtol=1e-5, atol=1e-5)
