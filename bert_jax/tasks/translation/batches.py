@@ -191,7 +191,12 @@ def load_or_train_tokenizer(d, tokenizer_dir: str, train_pairs, write: bool):
   path = os.path.join(tokenizer_dir, "tokenizer.json")
   if os.path.exists(path):
     tok = tokenizers.Tokenizer.from_file(path)
-    data.check_specials(tok)
+    try:
+      data.check_specials(tok)
+    except ValueError as e:  # e.g. a GPT or BERT vocabulary: this is another task's workdir
+      raise ValueError(f"{path} is not a translation vocabulary ({e}) Is this another "
+                       "task's workdir? Give this run its own --workdir, or remove that "
+                       "file to learn the vocabulary again.") from e
     return tok
   texts = (t for p in train_pairs() for t in (p.source, p.target))
   tok = data.train_tokenizer(texts, int(d.vocab_size))

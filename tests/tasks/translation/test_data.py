@@ -70,3 +70,20 @@ def test_vocabulary_round_trips_and_truncation_is_counted():
   log = SkipLog("t")
   cut = data.encode(tok, targets, 3, log)
   assert (cut[:, -1] == data.EOS).all() and log.notes["truncated"] == 50
+
+
+def test_a_workdir_holding_another_tasks_vocabulary_is_named(tmp_path):
+  """A tokenizer.json that is not a translation vocabulary (here a WordPiece one, as GPT's
+  or BERT's workdir holds) is refused with its path, not trained over or used."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.translation import batches  # pylint: disable=g-import-not-at-top
+  wordpiece = tokenizers.Tokenizer(tokenizers.models.WordPiece(
+      {"[PAD]": 0, "[UNK]": 1, "the": 2}, unk_token="[UNK]"))
+  path = tmp_path / "tokenizer" / "tokenizer.json"
+  path.parent.mkdir()
+  wordpiece.save(str(path))
+  before = path.read_bytes()
+  with pytest.raises(ValueError, match=r"tokenizer\.json is not a translation vocabulary.*"
+                     r"another task's workdir"):
+    batches.load_or_train_tokenizer(None, str(path.parent), lambda: [], write=True)
+  assert path.read_bytes() == before  # nothing saved is lost
