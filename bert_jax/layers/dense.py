@@ -162,22 +162,26 @@ def cast_kernels(params, cfg):
   return jax.tree_util.tree_map_with_path(cast, params)
 
 
-def attend(cfg, embedder, x):
-  """A tied output layer: x [..., d] · embedder.embeddingᵀ -> logits [..., vocab] float32,
-  with the matmul operands in cfg.matmul_dtype if set (else flax's Embed.attend).
+def attend(cfg, embedder, x, logits_dtype=jnp.float32):
+  """A tied output layer: x [..., d] · embedder.embeddingᵀ -> logits [..., vocab] in
+  logits_dtype (None: the product's own, x's compute dtype, as BERT's MLM head adds its
+  bias in; float32 with cfg.matmul_dtype), the matmul operands in cfg.matmul_dtype if set
+  (else flax's Embed.attend).
 
   Where dense_grad_2d (CPU), training and scoring take transposed_dot, whose gradient
-  keeps the transpose off the [rows, vocab] logits gradient (GPT's language-model head:
-  every position's logits). Decoding keeps Embed.attend: at a few rows a step the
-  transposed product runs slower on XLA:CPU (GPT-2 small's vocabulary, batch 1: 4.9 ms
-  against 6.1 a token's projection)."""
+  keeps the transpose off the [rows, vocab] logits gradient (BERT's MLM head; GPT's
+  language-model head: every position's logits). Decoding keeps Embed.attend: at a few
+  rows a step the transposed product runs slower on XLA:CPU (GPT-2 small's vocabulary,
+  batch 1: 4.9 ms against 6.1 a token's projection)."""
   if cfg.dense_grad_2d and not cfg.decode:
     x, table = promote_dtype(x, embedder.embedding, dtype=cfg.compute_dtype)  # as attend
-    return transposed_dot(x, table, cfg.matmul_dtype).astype(jnp.float32)
-  if cfg.matmul_dtype is None:
-    return embedder.attend(x).astype(jnp.float32)
-  return cast_dot_general(jnp.dtype(cfg.matmul_dtype), x, embedder.embedding,
-                          (((x.ndim - 1,), (1,)), ((), ())))
+    logits = transposed_dot(x, table, cfg.matmul_dtype)
+  elif cfg.matmul_dtype is None:
+    logits = embedder.attend(x)
+  else:
+    return cast_dot_general(jnp.dtype(cfg.matmul_dtype), x, embedder.embedding,
+                            (((x.ndim - 1,), (1,)), ((), ())))       # float32
+  return logits if logits_dtype is None else logits.astype(logits_dtype)
 
 
 def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None,

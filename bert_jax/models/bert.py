@@ -10,7 +10,6 @@ Param tree (unrolled; with scan_layers `encoder/layers` holds stacked layers):
 from __future__ import annotations
 
 import flax.linen as nn
-from flax.linen.dtypes import promote_dtype
 import jax
 import jax.numpy as jnp
 
@@ -57,13 +56,7 @@ class BertEmbeddings(nn.Module):
   def attend(self, x: Array) -> Array:
     """x [..., hidden] -> logits [..., padded_vocab] against the token embedding table
     (float32 with model.matmul_dtype, whose operand dtype they take, as the Dense layers)."""
-    cfg = self.config
-    if not cfg.dense_grad_2d:
-      if cfg.matmul_dtype is not None:
-        return dense_lib.attend(cfg, self.token_embedder, x)
-      return self.token_embedder.attend(x)
-    x, table = promote_dtype(x, self.token_embedder.embedding, dtype=cfg.compute_dtype)
-    return dense_lib.transposed_dot(x, table, cfg.matmul_dtype)  # as Embed.attend, 2-D grads
+    return dense_lib.attend(self.config, self.token_embedder, x, logits_dtype=None)
 
 
 class BertModel(nn.Module):
