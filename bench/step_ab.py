@@ -5,18 +5,20 @@ interleaved, so both see the same machine state (this CPU drifts ~10% within an 
   .venv/bin/python bench/step_ab.py --at d1f6f0f --module bert_jax.train.losses \
       --names softmax_cross_entropy,correct_count [--config configs/bert_tiny.py:bert]
       [--sizes config] [--batch 32] [--rounds 20] [--steps 10]
-      [--switch bert_jax.layers.cpu_threefry.use_unrolled]
+      [--switch bert_jax.layers.cpu_threefry.use_unrolled] [--finetune 128]
 
 Builds the step exactly as bench/pretrain_profile.py does (the config at its own sizes,
 or BERT-base's with --sizes base; the loop's jitted step, one device), twice: once with
 the named functions of --module as they were at --at (its source from `git show`,
 loaded as a separate module), once as they are now. A function the step calls through
-the module's attribute (`losses.softmax_cross_entropy(...)`) is traced with whichever
-version is installed when the step first compiles. --switch names a function of one
+the module's attribute (`losses.softmax_cross_entropy(...)`), or through a name another
+bert_jax module imported from it (`from bert_jax.layers.config import layer_norm`), is
+traced with whichever version is installed when the step first compiles. --switch names a function of one
 bool that changes how later programs compile (a lowering rule): called with False
 before the baseline is built and True before today's; with it, --at, --module and
 --names may be left out. Then --rounds rounds of --steps
-steps a side, alternating; prints each side's median and best ms a step, the median of
+steps a side, alternating (--finetune LENGTH times bench/finetune_profile.py's packed
+all-MiniLM-L6-v2 fine-tuning step at that row length instead of pretraining); prints each side's median and best ms a step, the median of
 the rounds' new/old ratios, and the load before and after. Like the training CLI it
 runs with huge pages for the host allocator (importing bench/ttq_ours_worker.py restarts
 the process with them unless GLIBC_TUNABLES already names the tunable:
@@ -70,6 +72,8 @@ def main() -> None:
   p.add_argument("--rounds", type=int, default=20)
   p.add_argument("--steps", type=int, default=10)
   p.add_argument("--data_dir", default="~/bert_jax_data")
+  p.add_argument("--finetune", type=int, metavar="LENGTH",
+                 help="time the packed fine-tuning step (bench/finetune_profile.py) instead")
   args = p.parse_args()
   swap = (args.at, args.module, args.names)
   if any(swap) and not all(swap) or not any(swap) and not args.switch:
@@ -108,12 +112,25 @@ def run(args) -> None:
                         ([f"{args.switch}(False)"] if switch else []))
   steps = {}
   for label, fns in versions.items():
-    for n, fn in zip(names, fns):
+    for i, (n, fn) in enumerate(zip(names, fns)):
       setattr(module, n, fn)
+      # A module that imported the function by name holds either version as its own
+      # attribute (those imported during the first build bound the baseline's).
+      either = (versions["before"][i], versions["now"][i])
+      for m in list(sys.modules.values()):
+        if getattr(m, "__name__", "").startswith("bert_jax.") and any(
+            getattr(m, n, None) is f for f in either):
+          setattr(m, n, fn)
     if switch is not None:
       switch(label == "now")
     label = before if label == "before" else "now"
-    step, _ = pretrain_profile.build(args)
+    if args.finetune:
+      import finetune_profile
+      tmp = tempfile.mkdtemp(prefix="step_ab_")
+      step, _ = finetune_profile.build(
+          argparse.Namespace(length=args.finetune, variant="default"), tmp)
+    else:
+      step, _ = pretrain_profile.build(args)
     for _ in range(3):  # compiles with this version installed, then warms up
       jax.block_until_ready(step())
     steps[label] = step

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import parallel
+from bert_jax.layers import norm
 
 POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
@@ -184,12 +185,12 @@ def _is_float_dtype(name) -> bool:
     return False
 
 
-def layer_norm(config: TransformerConfig, name: str) -> nn.LayerNorm:
-  """LayerNorm with float32 statistics (two-pass variance, as torch) and logical names."""
-  return nn.LayerNorm(
+def layer_norm(config: TransformerConfig, name: str) -> nn.Module:
+  """LayerNorm with float32 statistics (two-pass variance, as torch) and logical names:
+  nn.LayerNorm's parameters and values, with layers/norm.py's closed-form gradient."""
+  return norm.LayerNorm(
       epsilon=config.layer_norm_eps, dtype=config.compute_dtype, param_dtype=config.params_dtype,
-      use_fast_variance=False, scale_init=config.ones_init("norm"),
-      bias_init=config.zeros_init("norm"), name=name)
+      scale_init=config.ones_init("norm"), bias_init=config.zeros_init("norm"), name=name)
 
 
 def embedding(config: TransformerConfig, num_embeddings: int, logical_rows: str,
