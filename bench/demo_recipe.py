@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -75,6 +76,11 @@ def overrides(variant: str) -> dict:
 def run_variant(python: str, variant: str, steps: int, root: str, data_dir: str,
                 timing: bool, config: str) -> dict:
   workdir = os.path.join(root, variant + ("_time" if timing else ""))
+  if os.path.exists(workdir):
+    # An earlier run's workdir would be resumed at its last step: no training, its old
+    # figures reported as this run's.
+    print(f"[demo_recipe] removing the earlier run in {workdir}", file=sys.stderr)
+    shutil.rmtree(workdir)
   flags = {"train.num_steps": steps, "train.eval_every": 0 if timing else steps,
            "train.eval_steps": 0, "train.checkpoint_every": steps, "train.log_every": 50,
            "train.warmup_steps": max(1, steps // 10), "data.data_dir": data_dir,
