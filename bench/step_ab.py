@@ -60,6 +60,17 @@ def module_at(commit: str, module: str):
   return old
 
 
+def install(module, name: str, fn, versions) -> None:
+  """Sets module.name = fn, and the same attribute of every loaded bert_jax module that
+  imported it by name: those hold one of `versions` (modules imported during the first
+  build bound the baseline's)."""
+  setattr(module, name, fn)
+  for m in list(sys.modules.values()):
+    if getattr(m, "__name__", "").startswith("bert_jax.") and any(
+        getattr(m, name, None) is f for f in versions):
+      setattr(m, name, fn)
+
+
 def main() -> None:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--at", help="the commit whose version is the baseline")
@@ -113,14 +124,7 @@ def run(args) -> None:
   steps = {}
   for label, fns in versions.items():
     for i, (n, fn) in enumerate(zip(names, fns)):
-      setattr(module, n, fn)
-      # A module that imported the function by name holds either version as its own
-      # attribute (those imported during the first build bound the baseline's).
-      either = (versions["before"][i], versions["now"][i])
-      for m in list(sys.modules.values()):
-        if getattr(m, "__name__", "").startswith("bert_jax.") and any(
-            getattr(m, n, None) is f for f in either):
-          setattr(m, n, fn)
+      install(module, n, fn, (versions["before"][i], versions["now"][i]))
     if switch is not None:
       switch(label == "now")
     label = before if label == "before" else "now"

@@ -44,3 +44,17 @@ def test_module_at_loads_a_module_defining_flax_modules():
     pytest.skip("not a git checkout with history")
   old = step_ab.module_at(first, "bert_jax.layers.dropout")
   assert old.Dropout(rate=0.1).rate == 0.1
+
+
+def test_install_reaches_modules_that_imported_the_function_by_name():
+  from bert_jax.layers import blocks, config  # blocks: `from ...config import layer_norm`
+  original = config.layer_norm
+  def baseline(cfg, name):
+    return original(cfg, name)
+  try:
+    step_ab.install(config, "layer_norm", baseline, (baseline, original))
+    assert config.layer_norm is baseline and blocks.layer_norm is baseline
+    step_ab.install(config, "layer_norm", original, (baseline, original))
+    assert config.layer_norm is original and blocks.layer_norm is original
+  finally:
+    config.layer_norm = blocks.layer_norm = original
