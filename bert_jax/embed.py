@@ -141,9 +141,11 @@ def pack(lengths: Sequence[int], row_length: int) -> np.ndarray:
 
 @dataclasses.dataclass
 class PackPlan:
-  """One shape of packed forward passes: `texts` (indices) packed into rows of
-  `row_length` tokens, `rows` rows a pass, `passes` passes."""
+  """One shape of packed forward passes: `passes` passes of `rows` rows of `row_length`
+  tokens. Text `texts[k]` goes into row `row_of[k]` (numbered across the passes: row r
+  is row r % rows of pass r // rows), after the texts placed there before it."""
   texts: np.ndarray
+  row_of: np.ndarray
   row_length: int
   rows: int
   passes: int
@@ -158,19 +160,70 @@ def plan_passes(lengths: Sequence[int], batch_size: int) -> list[PackPlan]:
   LENGTH_BUCKET. A pass holds about batch_size * TOKENS_PER_TEXT tokens, and the rows
   spread evenly over the passes, so every pass of a class has one shape, its rows
   rounded up by `rows_a_pass`: at most two compiles a call, and across calls one per
-  (row length, rows a pass) of a fixed set.
+  (row length, rows a pass) of a fixed set. Positions that shape computes anyway are
+  not left empty: short texts fill what the long rows leave (their free tokens and the
+  rounding's empty rows), longest first, and the passes count is the one near the
+  target whose rounding leaves the fewest empty rows (`_pass_shape`).
   """
   lengths = np.asarray(lengths, np.int64)
+  short = np.flatnonzero(lengths <= ROW_LENGTH)
+  short = short[np.argsort(-lengths[short], kind="stable")]   # first-fit decreasing order
   plans = []
-  for texts in (np.flatnonzero(lengths <= ROW_LENGTH), np.flatnonzero(lengths > ROW_LENGTH)):
-    if not texts.size:
-      continue
-    row_length = max(ROW_LENGTH, -(-int(lengths[texts].max()) // LENGTH_BUCKET) * LENGTH_BUCKET)
-    rows = int(pack(lengths[texts], row_length).max()) + 1
-    passes = -(-rows // max(1, batch_size * TOKENS_PER_TEXT // row_length))
-    per_pass = rows_a_pass(-(-rows // passes))
-    plans.append(PackPlan(texts, row_length, per_pass, -(-rows // per_pass)))  # no empty pass
+  long = np.flatnonzero(lengths > ROW_LENGTH)
+  if long.size:
+    row_length = -(-int(lengths[long].max()) // LENGTH_BUCKET) * LENGTH_BUCKET
+    long = long[np.argsort(-lengths[long], kind="stable")]
+    row_of = pack(lengths[long], row_length)       # in long's order: already decreasing
+    # The rounding's empty rows are not wasted while short texts can fill them.
+    rows, passes = _pass_shape(int(row_of.max()) + 1, _target_rows(batch_size, row_length),
+                               fillable=lengths[short].sum() / row_length)
+    free = np.full(rows * passes, row_length, np.int64)
+    np.subtract.at(free, row_of, lengths[long])
+    taken, taken_rows = [], []
+    for i in short:
+      if free.max() < lengths[short[-1]]:                     # not even the shortest fits
+        break
+      fits = np.flatnonzero(free >= lengths[i])
+      if fits.size:
+        free[fits[0]] -= lengths[i]
+        taken.append(i)
+        taken_rows.append(fits[0])
+    plans.append(PackPlan(np.concatenate([long, np.array(taken, np.int64)]),
+                          np.concatenate([row_of, np.array(taken_rows, np.int64)]),
+                          row_length, rows, passes))
+    short = np.setdiff1d(short, taken, assume_unique=True)    # keeps short's order
+  if short.size:
+    row_of = pack(lengths[short], ROW_LENGTH)
+    rows, passes = _pass_shape(int(row_of.max()) + 1, _target_rows(batch_size, ROW_LENGTH))
+    plans.insert(0, PackPlan(short, row_of, ROW_LENGTH, rows, passes))
   return plans
+
+
+def _target_rows(batch_size: int, row_length: int) -> int:
+  """Rows of row_length in a pass of about batch_size * TOKENS_PER_TEXT tokens."""
+  return max(1, batch_size * TOKENS_PER_TEXT // row_length)
+
+
+def _pass_shape(rows_needed: int, target: int, fillable: float = 0.0) -> tuple[int, int]:
+  """(rows a pass, passes) for rows_needed rows at about target rows a pass.
+
+  ceil(rows_needed / target) passes, or up to two more, or one fewer while its passes
+  stay within 1.5x the target, whichever leaves the fewest rows empty once a pass's rows
+  are rounded up by rows_a_pass and `fillable` rows' worth of other texts have filled
+  what they can (ties: the target's count). E.g. 168 rows at 42 a pass: 4 passes of 48
+  compute 24 empty rows, 3 of 56 none.
+  """
+  first = -(-rows_needed // target)
+  best = None
+  for p in range(max(1, first - 1), first + 3):
+    per_pass = rows_a_pass(-(-rows_needed // p))
+    if p < first and per_pass > 1.5 * target:
+      continue
+    passes = -(-rows_needed // per_pass)                      # no empty pass
+    key = (max(0.0, per_pass * passes - rows_needed - fillable), abs(p - first))
+    if best is None or key < best[0]:
+      best = (key, per_pass, passes)
+  return best[1], best[2]
 
 
 def rows_a_pass(needed: int) -> int:
@@ -211,10 +264,9 @@ def run_model(config: TransformerConfig, params, ids: Sequence[np.ndarray], *,
   bar = progress.bar(total=sum(p.passes for p in plans), desc="embed", unit="pass",
                      show=progress_bar)
   for plan in plans:
-    row_of = pack(lengths[plan.texts], plan.row_length)
     members = [[] for _ in range(plan.passes * plan.rows)]   # text indices of each row
-    for j in np.argsort(-lengths[plan.texts], kind="stable"):  # the order pack() placed them
-      members[row_of[j]].append(plan.texts[j])
+    for i, r in zip(plan.texts, plan.row_of):
+      members[r].append(i)
     for p in range(plan.passes):
       rows = members[p * plan.rows:(p + 1) * plan.rows]
       tokens = np.zeros((plan.rows, plan.row_length), np.int32)

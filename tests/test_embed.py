@@ -180,31 +180,68 @@ def test_pack_first_fit_decreasing_fills_rows_within_their_length():
   assert row_of.max() + 1 == 4
 
   def plans(lengths, batch_size):
-    return [(p.texts.tolist(), p.row_length, p.rows, p.passes)
+    return [(p.texts.tolist(), p.row_of.tolist(), p.row_length, p.rows, p.passes)
             for p in embed.plan_passes(lengths, batch_size)]
-  # Up to 96 tokens: rows of 96 (3 here: 60+30, 50+40, 20+10+5), batch_size * 64 tokens
-  # a pass, the rows spread evenly over the passes; longer texts (100, 128): rows as long
-  # as the longest, bucketed.
-  assert plans(lengths, batch_size=3) == [([1, 2, 3, 4, 5, 7, 8], 96, 2, 2),
-                                          ([0, 6], 128, 1, 2)]
-  assert plans(lengths, batch_size=1) == [([1, 2, 3, 4, 5, 7, 8], 96, 1, 3),
-                                          ([0, 6], 128, 1, 2)]
-  assert plans([200, 3, 3], batch_size=64) == [([1, 2], 96, 1, 1), ([0], 224, 1, 1)]
+  # Longer than 96 tokens (100, 128): rows as long as the longest, bucketed (128), one a
+  # pass at batch_size 3 (3 * 64 tokens a pass); the short texts fill what they leave,
+  # longest first: 20 and 5 go into the 100's row. The other short ones share rows of 96
+  # (60+30, 50+40, 10), the rows spread over passes of about batch_size * 64 tokens:
+  # 3 passes of 1 row rather than 2 of 2 (4 rows, one of them empty).
+  expected = [([1, 2, 3, 4, 7], [0, 1, 1, 0, 2], 96, 1, 3),
+              ([6, 0, 5, 8], [0, 1, 1, 1], 128, 1, 2)]
+  assert plans(lengths, batch_size=3) == plans(lengths, batch_size=1) == expected
+  assert plans([200, 3, 3], batch_size=64) == [([0, 1, 2], [0, 0, 0], 224, 1, 1)]
   # Rows a pass come from a fixed set (1, 2, 4, multiples of 8): inputs of other sizes
   # reuse a compiled shape. 300 or 310 texts of 20 tokens: 75 or 78 rows of 96, 2 passes.
   a, b = embed.plan_passes([20] * 300, 64)[0], embed.plan_passes([20] * 310, 64)[0]
   assert (a.row_length, a.rows, a.passes) == (b.row_length, b.rows, b.passes) == (96, 40, 2)
   assert [embed.rows_a_pass(n) for n in (1, 3, 4, 5, 8, 9, 41)] == [1, 4, 4, 8, 8, 16, 48]
+  # The passes count whose rounding computes the fewest empty rows: 168 rows at 42 a
+  # pass run as 3 passes of 56 (4 of 48 would compute 24 empty rows), but not as one
+  # pass over 1.5x the target; ties keep the target's count.
+  assert embed._pass_shape(168, 42) == (56, 3)
+  assert embed._pass_shape(75, 42) == (40, 2)
+  assert embed._pass_shape(9, 4) == (2, 5)      # 3 passes of 4 would compute 3 empty rows
 
-def test_packed_rows_give_each_text_the_vectors_of_its_own_forward_pass():
+
+def test_plans_place_every_text_once_and_leave_few_positions_empty():
+  # A sentence-like mix (mean ~33 tokens, a tail past 96), as bench/embed.py's corpus lines.
+  rng = np.random.default_rng(0)
+  lengths = np.clip(np.round(rng.lognormal(3.35, 0.5, size=500)), 4, 200).astype(int)
+  assert 1 <= (lengths > 96).sum() <= 20
+  plans = embed.plan_passes(lengths, 64)
+  assert len(plans) == 2                                    # two shapes, two compiles
+  placed = np.concatenate([p.texts for p in plans])
+  np.testing.assert_array_equal(np.sort(placed), np.arange(len(lengths)))
+  for p in plans:
+    assert p.row_of.max() < p.rows * p.passes
+    assert np.bincount(p.row_of, weights=lengths[p.texts]).max() <= p.row_length
+    assert len(set((p.row_of // p.rows).tolist())) == p.passes   # no empty pass
+  computed = sum(p.row_length * p.rows * p.passes for p in plans)
+  # Every row but the last few of a pass is full to within a short text: the plan
+  # computes at most 7% more positions than there are tokens (one text a row padded to
+  # the longest would compute over 6x).
+  assert lengths.sum() / computed >= 0.93, lengths.sum() / computed
+
+
+@pytest.mark.parametrize("row_length", [96, 24])
+def test_packed_rows_give_each_text_the_vectors_of_its_own_forward_pass(row_length,
+                                                                        monkeypatch):
   from bert_jax.pretrained import load_encoder
   config, params, tokenizer = load_encoder(TINY)
-  texts = ["the cat sat on the mat", "a dog", "bird", "the " * 30, "x", "a b c d e f"]
+  texts = ["the cat sat on the mat", "a dog", "bird", "the " * 25, "x", "a b c d e f"]
   ids = embed.tokenize(tokenizer, texts, 64).ids
-  # batch_size 1: 64 tokens a pass, rows of 96 with several texts in them.
+  # batch_size 1: 64 tokens a pass, several texts in a row. Rows of 96 hold them all;
+  # with rows of 24 the 27-token text is long: its row of 32 (bucketed by 8) also takes
+  # the 4-token "a dog" (the only short text that fits its 5 free tokens).
+  monkeypatch.setattr(embed, "ROW_LENGTH", row_length)
+  monkeypatch.setattr(embed, "LENGTH_BUCKET", 8)
+  plans = embed.plan_passes([len(x) for x in ids], 1)
+  shared = [p for p in plans if np.bincount(p.row_of).max() > 1]
+  assert shared and (row_length == 96 or [p.row_length for p in plans] == [24, 32])
+  if row_length == 24:
+    assert plans[1].texts.tolist() == [3, 1]
   packed = embed.run_model(config, params, ids, pooling="none", batch_size=1)
-  rows = embed.pack([len(x) for x in ids], 96)
-  assert len(set(rows.tolist())) < len(texts)     # some texts did share a row
   for x, got in zip(ids, packed):
     alone = embed._forward({k: params[k] for k in ("embeddings", "encoder")}, x[None],
                            np.arange(len(x))[None], np.ones((1, len(x)), np.int32),
