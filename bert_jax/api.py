@@ -118,7 +118,8 @@ class Model:
         sentence-transformers' mean pooling); "cls" is the [CLS] vector as is (no pooler).
       batch_size: the size of a forward pass, in texts of 64 tokens: texts are packed
         several to a row (each attends only to itself), so a pass holds about
-        batch_size * 64 tokens (embed.plan_passes).
+        batch_size * 64 tokens, up to 1.5x that where it saves empty rows
+        (embed.plan_passes).
       max_length: tokens per text incl. [CLS]/[SEP]; default `self.max_length`.
       normalize: scale each vector to unit L2 norm (sentence-transformers' Normalize).
     """

@@ -332,7 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how several --layers are combined (default concat)")
   parser.add_argument("--batch_size", type=int, default=32,
                       help="forward pass size in texts of 64 tokens: lines are packed "
-                           "several to a row, about batch_size * 64 tokens a pass")
+                           "several to a row, about batch_size * 64 tokens a pass (up to "
+                           "1.5x that where it saves empty rows)")
   parser.add_argument("--max_length", type=int, default=None,
                       help="tokens per line incl. [CLS]/[SEP]; longer lines are truncated "
                            "(default: the model's max positions, at most 512)")
