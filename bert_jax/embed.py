@@ -121,19 +121,30 @@ def _forward(params, ids, positions, segments, *, config: TransformerConfig,
   return x.astype(jnp.float32)                             # [rows, len, dim]
 
 
-def pack(lengths: Sequence[int], row_length: int) -> np.ndarray:
+def pack(lengths: Sequence[int], row_length: int, free: np.ndarray | None = None) -> np.ndarray:
   """First-fit decreasing: [texts] row index of each text, so that the lengths in a row
   sum to at most row_length (each length must be <= row_length). Rows are numbered in
-  the order they are opened; the longest texts open the first rows."""
+  the order they are opened; the longest texts open the first rows.
+
+  free: rows already open, their free tokens (updated in place): texts go only into
+  them, and one that fits none gets -1.
+  """
   lengths = np.asarray(lengths, np.int64)
-  row_of = np.empty(len(lengths), np.int64)
-  free = np.empty(len(lengths), np.int64)   # free tokens of each open row
-  num_rows = 0
+  row_of = np.full(len(lengths), -1, np.int64)
+  opens = free is None
+  free = np.empty(len(lengths), np.int64) if opens else free   # free tokens of each row
+  num_rows = 0 if opens else len(free)
+  shortest = lengths.min() if lengths.size else 0
   for i in np.argsort(-lengths, kind="stable"):
+    if not opens and free.max(initial=0) < shortest:            # not even the shortest fits
+      break
     fits = np.flatnonzero(free[:num_rows] >= lengths[i])
-    row = fits[0] if fits.size else num_rows
-    if row == num_rows:
-      free[row], num_rows = row_length, num_rows + 1
+    if fits.size:
+      row = fits[0]
+    elif opens:
+      row, free[num_rows], num_rows = num_rows, row_length, num_rows + 1
+    else:
+      continue
     free[row] -= lengths[i]
     row_of[i] = row
   return row_of
@@ -179,19 +190,11 @@ def plan_passes(lengths: Sequence[int], batch_size: int) -> list[PackPlan]:
                                fillable=lengths[short].sum() / row_length)
     free = np.full(rows * passes, row_length, np.int64)
     np.subtract.at(free, row_of, lengths[long])
-    taken, taken_rows = [], []
-    for i in short:
-      if free.max() < lengths[short[-1]]:                     # not even the shortest fits
-        break
-      fits = np.flatnonzero(free >= lengths[i])
-      if fits.size:
-        free[fits[0]] -= lengths[i]
-        taken.append(i)
-        taken_rows.append(fits[0])
-    plans.append(PackPlan(np.concatenate([long, np.array(taken, np.int64)]),
-                          np.concatenate([row_of, np.array(taken_rows, np.int64)]),
-                          row_length, rows, passes))
-    short = np.setdiff1d(short, taken, assume_unique=True)    # keeps short's order
+    filler = pack(lengths[short], row_length, free)           # -1: fits in no long row
+    taken = filler >= 0
+    plans.append(PackPlan(np.concatenate([long, short[taken]]),
+                          np.concatenate([row_of, filler[taken]]), row_length, rows, passes))
+    short = short[~taken]
   if short.size:
     row_of = pack(lengths[short], ROW_LENGTH)
     rows, passes = _pass_shape(int(row_of.max()) + 1, _target_rows(batch_size, ROW_LENGTH))

@@ -178,6 +178,10 @@ def test_pack_first_fit_decreasing_fills_rows_within_their_length():
   assert sums.max() <= 128 and row_of[6] == 0     # the longest opens the first row
   # 443 tokens need 4 rows of 128; first-fit decreasing finds a 4-row packing here.
   assert row_of.max() + 1 == 4
+  # Into rows already open (their free tokens, updated): no new row, -1 where none fits.
+  free = np.array([3, 10])
+  assert embed.pack([5, 4, 2, 20], 96, free).tolist() == [1, 1, 0, -1]
+  assert free.tolist() == [1, 1]
 
   def plans(lengths, batch_size):
     return [(p.texts.tolist(), p.row_of.tolist(), p.row_length, p.rows, p.passes)
