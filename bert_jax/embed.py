@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import cli, compile_cache, paths
+from bert_jax.data.packing import first_fit_decreasing
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
 
@@ -129,25 +130,7 @@ def pack(lengths: Sequence[int], row_length: int, free: np.ndarray | None = None
   free: rows already open, their free tokens (updated in place): texts go only into
   them, and one that fits none gets -1.
   """
-  lengths = np.asarray(lengths, np.int64)
-  row_of = np.full(len(lengths), -1, np.int64)
-  opens = free is None
-  free = np.empty(len(lengths), np.int64) if opens else free   # free tokens of each row
-  num_rows = 0 if opens else len(free)
-  shortest = lengths.min() if lengths.size else 0
-  for i in np.argsort(-lengths, kind="stable"):
-    if not opens and free.max(initial=0) < shortest:            # not even the shortest fits
-      break
-    fits = np.flatnonzero(free[:num_rows] >= lengths[i])
-    if fits.size:
-      row = fits[0]
-    elif opens:
-      row, free[num_rows], num_rows = num_rows, row_length, num_rows + 1
-    else:
-      continue
-    free[row] -= lengths[i]
-    row_of[i] = row
-  return row_of
+  return first_fit_decreasing(lengths, row_length, free=free)
 
 
 @dataclasses.dataclass

@@ -66,6 +66,10 @@ class TransformerConfig:
   # One of ATTENTION_IMPLS; "auto": splash on TPU, cuDNN on GPU, XLA on CPU (attention.py).
   attention_impl: str = "auto"
   scan_layers: bool = False
+  # Packed rows laid out in blocks of this many tokens (tasks/finetune/packing.py): a batch
+  # in which no document crosses a block attends block by block (layers/dot_product.py,
+  # decided per batch on device, the same outputs); 0 = whole rows always.
+  attention_block: int = 0
   # The Dense layers' gradient as 2-D matmuls (layers/dense.py): faster on XLA:CPU, more
   # FSDP communication on TPU. None = per platform (train/defaults.for_platform): CPU.
   dense_grad_2d: Optional[bool] = None

@@ -56,6 +56,12 @@ class SegmentMask:
   q_ids: Optional[Array] = None
   kv_ids: Optional[Array] = None
   causal: bool = flax.struct.field(pytree_node=False, default=False)
+  # Packed rows laid out in blocks (tasks/finetune/packing.py): `in_blocks` (a traced
+  # bool) says that no document of any row crosses a multiple of `block` tokens, so
+  # attention within each block is the same attention (dot_product.py then runs it on
+  # [batch * len / block, block] rows: a fraction block / len of the scores).
+  block: int = flax.struct.field(pytree_node=False, default=0)
+  in_blocks: Optional[Array] = None
 
   def dense(self, q_len: int, kv_len: int) -> Optional[Array]:
     """The same mask as bools broadcastable to [batch, 1, q_len, kv_len] (None: none)."""
@@ -73,15 +79,26 @@ def as_dense(mask, q_len: int, kv_len: int) -> Optional[Array]:
   return mask.dense(q_len, kv_len) if isinstance(mask, SegmentMask) else mask
 
 
-def row_mask(input_mask: Array | None = None,
-             packed_segment_ids: Array | None = None) -> SegmentMask | None:
+def row_mask(input_mask: Array | None = None, packed_segment_ids: Array | None = None,
+             block: int = 0) -> SegmentMask | None:
   """Self-attention over a row as segment ids: real keys only (input_mask [batch, len]),
   and with packed rows only those of the query's document (packed_segment_ids, 0 = pad).
-  The same mask as padding_mask(input_mask) & segment_mask(packed_segment_ids)."""
+  The same mask as padding_mask(input_mask) & segment_mask(packed_segment_ids).
+
+  block (packed rows whose length it divides): the mask also says whether every
+  document of the batch lies within one block of `block` tokens (SegmentMask.in_blocks)."""
   if packed_segment_ids is None:
     return None if input_mask is None else SegmentMask(None, input_mask)
   keys = packed_segment_ids if input_mask is None else packed_segment_ids * (input_mask > 0)
-  return SegmentMask(packed_segment_ids, keys)
+  length = packed_segment_ids.shape[1]
+  if not block or block >= length or length % block:
+    return SegmentMask(packed_segment_ids, keys)
+  # A document crosses the boundary before token t = block, 2 * block, ... when tokens
+  # t - 1 and t carry its id.
+  before = packed_segment_ids[:, block - 1:-1:block]                 # [batch, len / block - 1]
+  after = packed_segment_ids[:, block::block]
+  in_blocks = ~jnp.any((before == after) & (after > 0))
+  return SegmentMask(packed_segment_ids, keys, block=block, in_blocks=in_blocks)
 
 
 def add_causal(mask, length: int):

@@ -101,7 +101,8 @@ class BertModel(nn.Module):
       input_mask = jnp.ones_like(input_ids)
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
-    mask = attn_lib.row_mask(input_mask, packed_segment_ids)   # ids, no [b, 1, len, len]
+    mask = attn_lib.row_mask(input_mask, packed_segment_ids,   # ids, no [b, 1, len, len]
+                             cfg.attention_block)
     x = self.embeddings(input_ids, segment_ids, positions)
     x, hidden = self.encoder(x, mask, positions, output_hidden_states=output_hidden_states)
     out = {"sequence_output": x}

@@ -283,6 +283,11 @@ def finetune_config(task: str, source: str, best_metric: str,
   # (google-research/bert's exact batches). SQuAD ignores it (long windows).
   d.packing = task in ("classification", "ner")
   d.max_examples_per_row = 16
+  # Packed rows in blocks of this many tokens: examples up to a block stay within one, so
+  # a batch of such rows attends block by block (the same outputs, a fraction block /
+  # max_seq_length of the attention's work). -1: half a row of >= 128 tokens, else off;
+  # 0: off; or a divisor of max_seq_length.
+  d.packing_block = -1
   d.max_train_examples = 0           # 0: all (a cap for quick runs)
   d.max_eval_examples = 0
   d.doc_stride = 128                 # SQuAD windows

@@ -72,6 +72,36 @@ def test_segment_mask_is_block_diagonal_and_ignores_padding():
   np.testing.assert_array_equal(m, expect)
 
 
+@pytest.mark.parametrize("crossing", [False, True])
+def test_rows_in_blocks_attend_block_by_block_with_the_same_outputs(crossing):
+  """Packed rows of 8 whose documents lie within blocks of 4 (row_mask's in_blocks):
+  attention runs on [batch * 2, 4] rows (jax.lax.cond on device) and gives the textbook
+  outputs and the whole rows' gradients; one document across the boundary (crossing)
+  turns it off, and the whole rows give the same textbook outputs."""
+  from bert_jax.layers import dot_product  # pylint: disable=g-import-not-at-top
+  seg = np.array([[1, 1, 1, 2, 3, 3, 0, 0], [1, 2, 2, 2, 3, 3, 3, 3]], np.int32)
+  if crossing:
+    seg[1] = [1, 2, 2, 2, 2, 3, 3, 3]
+  ids = jnp.asarray(seg)
+  mask = A.row_mask(jnp.asarray(seg > 0), ids, block=4)
+  assert mask.block == 4 and bool(mask.in_blocks) is not crossing
+  assert A.row_mask(jnp.asarray(seg > 0), ids, block=3).in_blocks is None  # 3 !| 8
+  rng = np.random.default_rng(1)
+  q, k, v = (rng.normal(size=(2, 8, 2, 4)).astype(np.float32) for _ in range(3))
+  dense = np.asarray(A.segment_mask(ids, ids))
+  want, _ = np_attention(q, k, v, dense)
+  real = (seg > 0)[:, :, None, None]
+  whole = mask.replace(block=0, in_blocks=None)
+  runs = []
+  for m in (mask, whole):
+    f = jax.jit(lambda q, k, v, m=m: dot_product.dot_product_attention(q, k, v, mask=m))
+    np.testing.assert_allclose(np.asarray(f(q, k, v)) * real, want * real, atol=1e-5)
+    runs.append(jax.grad(lambda q, k, v, f=f: jnp.sum(f(q, k, v) * real * np.arange(4)),
+                         argnums=(0, 1, 2))(q, k, v))
+  for got, ref in zip(*runs):
+    np.testing.assert_allclose(got, ref, atol=1e-6)
+
+
 def test_additive_attention_matches_concat_formula():
   rng = np.random.default_rng(2)
   q = rng.normal(size=(2, 3, 4)).astype(np.float32)

@@ -104,6 +104,18 @@ class _Rows:
     return rows
 
 
+def packing_block(data, seq_len: int, max_per_row: int) -> int:
+  """data.packing_block resolved: -1 = half a row of >= 128 tokens (with room for an
+  example a block), else 0 (off); an explicit block must divide max_seq_length."""
+  block = int(data.get("packing_block", -1))
+  if block == -1:
+    return seq_len // 2 if seq_len >= 128 and seq_len % 2 == 0 and max_per_row >= 2 else 0
+  if block and (block < 1 or block >= seq_len or seq_len % block):
+    raise ValueError(f"data.packing_block={block} must divide data.max_seq_length="
+                     f"{seq_len} into two or more blocks (0: off, -1: automatic).")
+  return block
+
+
 class FinetuneTask:
   """The shared part of the fine-tuning tasks; subclasses set the data and the head."""
 
@@ -126,15 +138,17 @@ class FinetuneTask:
     if self.seq_len > self.model_config.max_len:
       raise ValueError(f"data.max_seq_length={self.seq_len} exceeds the model's "
                        f"{self.model_config.max_len} positions.")
+    self.packing = self.packable and bool(config.data.get("packing", False))
+    self.max_per_row = int(config.data.get("max_examples_per_row", 16))
+    if self.packing and self.max_per_row < 1:
+      raise ValueError(f"data.max_examples_per_row={self.max_per_row} must be >= 1.")
+    self.block = packing_block(config.data, self.seq_len, self.max_per_row) if self.packing else 0
+    self.model_config = self.model_config.replace(attention_block=self.block)
     self.model = self.build_model(self.model_config)
     self.eval_model = self.build_model(self.model_config.replace(deterministic=True))
     self.train_features: dict = {}
     self.eval_features: dict = {}
     self.class_weights = None  # [classes] loss weights (train.class_weights), from the data
-    self.packing = self.packable and bool(config.data.get("packing", False))
-    self.max_per_row = int(config.data.get("max_examples_per_row", 16))
-    if self.packing and self.max_per_row < 1:
-      raise ValueError(f"data.max_examples_per_row={self.max_per_row} must be >= 1.")
     self.plans: dict = {}  # "train" / "eval" -> packing.PackPlan (data.packing)
 
   # ----------------------------------------------------------- subclass API
@@ -215,12 +229,12 @@ class FinetuneTask:
         self.plans["eval"] = self._plan(self.eval_features)
 
   def _plan(self, features: dict) -> packing.PackPlan:
-    return packing.PackPlan(features, self.seq_len, self.max_per_row)
+    return packing.PackPlan(features, self.seq_len, self.max_per_row, self.block)
 
   def steps_per_epoch(self, batch_size: int) -> int:
-    units = (self.plans["train"].num_rows if self.packing  # rows, else examples
-             else len(self.train_features["input_ids"]))
-    return max(1, math.ceil(units / batch_size))
+    if self.packing:
+      return self.plans["train"].batches_per_epoch(batch_size)
+    return max(1, math.ceil(len(self.train_features["input_ids"]) / batch_size))
 
   def phase_shapes(self, phase: dict) -> dict:
     del phase

@@ -15,6 +15,7 @@ import pytest
 
 from bert_jax import embed
 from bert_jax.data.packing import first_fit_decreasing, members_by_row
+from bert_jax.layers.masks import row_mask
 from bert_jax.tasks import registry
 from bert_jax.tasks.finetune import packing
 from bert_jax.train.defaults import finetune_config
@@ -35,6 +36,19 @@ def pair_file(tmp_path_factory):
   path = tmp_path_factory.mktemp("packing") / "pairs.csv"
   lines = [f'"{_sentence(rng, rng.integers(1, 6))}","{_sentence(rng, rng.integers(1, 6))}",'
            f'{"abcc"[i % 4]}' for i in range(24)]
+  path.write_text("sentence,sentence2,label\n" + "\n".join(lines) + "\n")
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def mixed_pair_file(tmp_path_factory):
+  """30 sentence pairs, 8 of 5 + 5 words (longer than a block of 16 tokens) and 22 of
+  one word each (several a block), 3 labels."""
+  rng = np.random.default_rng(2)
+  path = tmp_path_factory.mktemp("packing") / "mixed_pairs.csv"
+  words = [5] * 8 + [1] * 22
+  lines = [f'"{_sentence(rng, n)}","{_sentence(rng, n)}",{"abcc"[i % 4]}'
+           for i, n in enumerate(words)]
   path.write_text("sentence,sentence2,label\n" + "\n".join(lines) + "\n")
   return str(path)
 
@@ -63,7 +77,8 @@ def _task(task, packed, path, pooling="cls", **extra):
   c.model.update(dropout_rate=0.0, attention_dropout_rate=0.0, dtype="float32")
   c.train.class_weights = "inverse_frequency"
   t = registry.get_task(c)
-  t.prepare(os.path.join(os.path.dirname(path), f"work_{task}_{packed}"))
+  t.prepare(os.path.join(os.path.dirname(path),
+                         f"work_{task}_{packed}_{extra.get('packing_block', 0)}"))
   return t
 
 
@@ -151,33 +166,56 @@ def test_epochs_hold_every_example_once_reshuffled_and_resume_exactly(pair_file)
 
 # ------------------------------------------------------- exactness: classification
 @pytest.fixture(scope="module")
-def pair_tasks(pair_file):
-  """(padded task, packed task, params) per pooling, built once."""
+def pair_tasks(pair_file, mixed_pair_file):
+  """(padded task, packed task, params) per pooling and block (the mixed pairs with
+  blocks), built once."""
   cache = {}
 
-  def get(pooling):
-    if pooling not in cache:
-      padded, packed = (_task("classification", p, pair_file, text_b_key="sentence2",
-                              pooling=pooling) for p in (False, True))
-      cache[pooling] = padded, packed, _params(padded)
-    return cache[pooling]
+  def get(pooling, block=0):
+    if (pooling, block) not in cache:
+      path = mixed_pair_file if block else pair_file
+      padded, packed = (_task("classification", p, path, text_b_key="sentence2",
+                              pooling=pooling, packing_block=block) for p in (False, True))
+      cache[(pooling, block)] = padded, packed, _params(padded)
+    return cache[(pooling, block)]
   return get
 
 
-@pytest.mark.parametrize("pooling", ["cls", "mean"])
-def test_packed_classification_equals_padded(pair_tasks, pooling):
-  padded, packed, params = pair_tasks(pooling)
+def _block_rows_only(task, batch):
+  """The rows of a packed batch laid out in blocks (the plan's rows after its whole ones)."""
+  plan = task.plans["eval"]
+  rows = np.arange(plan.num_whole, plan.num_rows)
+  k, total = plan.max_per_row, len(batch["input_ids"])  # eval rows in the plan's order
+  slots = (rows[:, None] * k + np.arange(k)).reshape(-1)
+  return {key: v[rows] if len(v) == total else v[slots] for key, v in batch.items()}
+
+
+@pytest.mark.parametrize("pooling,block,only_blocks", [
+    ("cls", 0, False), ("mean", 0, False), ("cls", 16, False), ("mean", 16, True)])
+def test_packed_classification_equals_padded(pair_tasks, pooling, block, only_blocks):
+  """Rows of 32 whole, and in blocks of 16 (data.packing_block; only_blocks: a batch of
+  rows in blocks alone, which attends block by block)."""
+  padded, packed, params = pair_tasks(pooling, block)
   n = len(padded.eval_features["input_ids"])
   assert packed.plans["eval"].num_rows < n  # pairs really share rows
+  assert packed.model_config.attention_block == block
+  plan = packed.plans["eval"]
+  assert (0 < plan.num_whole < plan.num_rows) if block else plan.num_whole == plan.num_rows
   ref = _one_batch(padded.predict_batches(padded.eval_features, n))
   got = _one_batch(packed.eval_iterator({}, 2, 0, 1))
+  if only_blocks:
+    got = _block_rows_only(packed, got)
+    assert bool(row_mask(got["input_mask"], got["packed_segment_ids"], block).in_blocks)
   ref_out, ref_mid = _outputs(padded, params, ref)
   got_out, got_mid = _outputs(packed, params, got)
   a, b = padded.ordered(ref_out), packed.ordered(got_out)
+  if only_blocks:
+    a = {k: v[b["feature_index"]] for k, v in a.items()}
   np.testing.assert_array_equal(a["feature_index"], b["feature_index"])
   np.testing.assert_allclose(b["logits"], a["logits"], atol=1e-5, rtol=0)
   # The official metrics from the packed outputs are those of the padded ones.
-  assert packed.host_metrics(got_out) == padded.host_metrics(ref_out)
+  if not only_blocks:
+    assert packed.host_metrics(got_out) == padded.host_metrics(ref_out)
   # The pooled vector of every example ([CLS] pooler or mean: the classifier's input).
   slots = np.flatnonzero(got["feature_index"] >= 0)
   fi = got["feature_index"][slots]
@@ -193,8 +231,9 @@ def test_packed_classification_equals_padded(pair_tasks, pooling):
                                seq_ref[f, :lengths[f]], atol=1e-5, rtol=0)
 
 
-def test_packed_training_batch_has_the_padded_gradients(pair_tasks):
-  padded, packed, params = pair_tasks("cls")
+@pytest.mark.parametrize("block", [0, 16])
+def test_packed_training_batch_has_the_padded_gradients(pair_tasks, block):
+  padded, packed, params = pair_tasks("cls", block)
   assert not np.allclose(padded.class_weights, 1.0)  # inverse_frequency of 6/6/12
   n = len(padded.train_features["input_ids"])
   ref = next(padded.train_iterator({}, n, 0, 1, seed=0))  # epoch 0, every example once
@@ -209,12 +248,16 @@ def test_packed_training_batch_has_the_padded_gradients(pair_tasks):
 
 
 # ----------------------------------------------------------------- exactness: NER
-def test_packed_ner_equals_padded(ner_file):
-  padded, packed = _task("ner", False, ner_file), _task("ner", True, ner_file)
+@pytest.mark.parametrize("block", [0, 16])
+def test_packed_ner_equals_padded(ner_file, block):
+  padded, packed = _task("ner", False, ner_file), _task("ner", True, ner_file,
+                                                         packing_block=block)
   params = _params(padded)
   n = len(padded.eval_features["input_ids"])
   ref = _one_batch(padded.predict_batches(padded.eval_features, n))
   got = _one_batch(packed.eval_iterator({}, 2, 0, 1))
+  if block:
+    assert packed.plans["eval"].num_whole < packed.plans["eval"].num_rows
   ref_logits = _logits(padded, params, ref)                 # [N, L, C]
   got_logits = _logits(packed, params, got)                 # [R, L, C]
   k = got["feature_index"].shape[0] // got["input_ids"].shape[0]
@@ -251,3 +294,55 @@ def test_packed_batch_layout():
   np.testing.assert_array_equal(batch["feature_index"], [0, 1, -1])
   np.testing.assert_array_equal(batch["example_weight"], [1, 1, 0])
   np.testing.assert_array_equal(batch["labels"], [1, 0, 0])
+
+
+def test_rows_in_blocks_layout():
+  """Lengths 6, 3, 3, 2, 2, 1 in rows of 8, blocks of 4, at most 4 a row (2 a block):
+  the 6 opens a whole row and a 2 fills it; the rest go into blocks by first-fit
+  decreasing (3+1 | 3 | 2), two blocks a row, each example within its block."""
+  lengths = np.array([2, 6, 3, 1, 3, 2])
+  features = {"input_ids": (np.arange(8)[None] < lengths[:, None]).astype(np.int32) * 7,
+              "labels": np.arange(6, dtype=np.int32)}
+  features["input_mask"] = (features["input_ids"] > 0).astype(np.int32)
+  plan = packing.PackPlan(features, 8, 4, block=4)
+  assert (plan.num_rows, plan.num_whole) == (3, 1)
+  batch = packing.rows_of(features, plan.members(np.arange(6)), plan.lengths, 8,
+                          plan.rank_starts)
+  np.testing.assert_array_equal(batch["packed_segment_ids"], [[1, 1, 1, 1, 1, 1, 2, 2],
+                                                              [1, 1, 1, 2, 3, 3, 3, 0],
+                                                              [1, 1, 0, 0, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(batch["positions"][1], [0, 1, 2, 0, 0, 1, 2, 0])
+  np.testing.assert_array_equal(batch["example_starts"].reshape(3, 4),
+                                [[0, 6, 0, 0], [0, 3, 4, 0], [0, 0, 0, 0]])
+  lens = plan.lengths[batch["feature_index"].reshape(3, 4)]
+  np.testing.assert_array_equal(np.where(batch["example_weight"].reshape(3, 4) > 0, lens, 0),
+                                [[6, 2, 0, 0], [3, 1, 3, 0], [2, 0, 0, 0]])
+
+
+def test_rows_in_blocks_hold_every_example_once_and_batch_apart():
+  """500 lengths of 1..64 in rows of 64, blocks of 32: every example once, no example in
+  a row in blocks across its boundary, the whole rows first, each holding an example
+  longer than a block; an epoch's batches hold every row once, at most one mixing the
+  two kinds, and the epoch's order is new every epoch."""
+  rng = np.random.default_rng(0)
+  lengths = np.minimum(rng.lognormal(3.0, 0.5, 500).astype(int) + 1, 64)
+  features = {"input_mask": (np.arange(64)[None] < lengths[:, None]).astype(np.int32)}
+  plan = packing.PackPlan(features, 64, 8, block=32)
+  assert 0 < plan.num_whole < plan.num_rows and plan.fill > 0.9
+  members = plan.epoch_members(0, 0)
+  real = members >= 0
+  assert sorted(members[real].tolist()) == list(range(500))
+  lens = np.where(real, lengths[np.maximum(members, 0)], 0)
+  starts, ends = plan.rank_starts, plan.rank_starts + lens
+  assert np.all(ends <= 64) and np.all(np.diff(np.where(real, starts, 64), axis=1)[
+      real[:, 1:]] > 0)  # slots in token order, none overlapping
+  blocked = np.arange(plan.num_rows) >= plan.num_whole
+  assert np.all((starts // 32 == (ends - 1) // 32)[blocked[:, None] & real])
+  assert np.all(lens[~blocked].max(1) > 32)
+  assert np.all(real[blocked].sum(1) <= 8)
+  tables = [plan.epoch_batches(0, e, 16) for e in (0, 1)]
+  for table in tables:
+    assert sorted(table[table >= 0].tolist()) == list(range(plan.num_rows))
+    kinds = [set((r[r >= 0] >= plan.num_whole).tolist()) for r in table]
+    assert sum(len(k) > 1 for k in kinds) <= 1
+  assert not np.array_equal(tables[0], tables[1])
