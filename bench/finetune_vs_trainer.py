@@ -1,7 +1,7 @@
 """Packed fine-tuning against our padded path and transformers' Trainer (issue 39).
 
   .venv/bin/python bench/finetune_vs_trainer.py [--epochs 3] [--seeds 0,1,2]
-      [--lengths 64,128] [--systems packed,padded,trainer,trainer_grouped]
+      [--lengths 64,128] [--systems packed,packed_whole,padded,trainer,trainer_grouped]
       [--dataset polarity|sources] [--bf16] [--json results.json]
   .venv/bin/python bench/finetune_vs_trainer.py --report results.json
 
@@ -61,7 +61,9 @@ from finetune_throughput import polarity_config  # noqa: E402
 import source_sentences  # noqa: E402
 
 CONFIG = os.path.join(bench_util.ROOT, "configs", "finetune_classification.py")
-SYSTEMS = ("packed", "padded", "trainer", "trainer_grouped")
+# packed_whole: packed rows attending over whole rows (data.packing_block=0), to show
+# what the rows in blocks of packed (the default at 128) bring.
+SYSTEMS = ("packed", "packed_whole", "padded", "trainer", "trainer_grouped")
 
 
 def our_overrides(args, length: int, packed: bool, rows: int, seed: int) -> dict:
@@ -245,6 +247,8 @@ def main():
         for L in args.lengths:
           if "packed" in systems:
             runs.append((f"packed {L}", True, L))
+          if "packed_whole" in systems:
+            runs.append((f"packed {L} whole rows", "whole", L))
           if "trainer" in systems and L == args.lengths[0]:
             runs.append(("trainer", None, False))
           if "padded" in systems:
@@ -255,7 +259,9 @@ def main():
           if packed is None:
             r = run_trainer(args, data, arg, seed, tmp, c)
           else:
-            o = our_overrides(args, arg, packed, plans[arg][0], seed)
+            o = our_overrides(args, arg, bool(packed), plans[arg][0], seed)
+            if packed == "whole":
+              o["data.packing_block"] = 0
             r = dict(run_ours(args, o, tmp, f"{name.replace(' ', '')}_{seed}"),
                      **replay(args, o, tmp))
             if len(r["step_s"]) != r["steps"]:
