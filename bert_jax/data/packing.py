@@ -61,14 +61,3 @@ def first_fit_decreasing(lengths: Sequence[int], row_length: int,
     row_of[i] = row
   return row_of
 
-
-def members_by_row(row_of: np.ndarray, max_per_row: int) -> np.ndarray:
-  """[rows, max_per_row] sequence indices of each row, in increasing index order, -1 in
-  the empty slots."""
-  num_rows = int(row_of.max()) + 1 if len(row_of) else 0
-  order = np.argsort(row_of, kind="stable")
-  rows = row_of[order]
-  slot = np.arange(len(rows)) - np.searchsorted(rows, rows)  # position within its row
-  members = np.full((num_rows, max_per_row), -1, np.int64)
-  members[rows, slot] = order
-  return members

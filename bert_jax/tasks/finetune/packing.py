@@ -42,7 +42,7 @@ import grain
 import numpy as np
 
 from bert_jax.data import sampling
-from bert_jax.data.packing import first_fit_decreasing, members_by_row
+from bert_jax.data.packing import first_fit_decreasing
 
 # example_keys indices of the shuffles (TrainKeys uses 2^64 - 1): which examples share a
 # row, the order of the whole rows, of the rows in blocks, and of the epoch's batches.

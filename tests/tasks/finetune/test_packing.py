@@ -13,8 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import embed
-from bert_jax.data.packing import first_fit_decreasing, members_by_row
+from bert_jax.data.packing import first_fit_decreasing
 from bert_jax.layers.masks import row_mask
 from bert_jax.tasks import registry
 from bert_jax.tasks.finetune import packing
@@ -123,15 +122,18 @@ def test_first_fit_decreasing_is_the_textbook_packing_and_respects_the_cap():
   assert [sorted(np.flatnonzero(row_of == r).tolist()) for r in range(3)] == [
       [0, 6], [3, 5], [1, 2, 4]]
   lengths = np.random.default_rng(0).integers(1, 40, 500)
-  # Uncapped it places every sequence where embed.pack does.
-  np.testing.assert_array_equal(first_fit_decreasing(lengths, 64), embed.pack(lengths, 64))
   row_of = first_fit_decreasing(lengths, 64, max_per_row=3)
-  members = members_by_row(row_of, 3)
-  assert np.bincount(row_of).max() <= 3
+  assert row_of.min() == 0 and np.bincount(row_of).max() <= 3
   assert np.all(np.bincount(row_of, weights=lengths) <= 64)
-  assert sorted(members[members >= 0].tolist()) == list(range(500))
   with pytest.raises(ValueError, match=r"lengths must be in \[1, 64\]"):
     first_fit_decreasing([65], 64)
+  # Into rows already open only (free tokens 5 and 4, room for 2 and 1 more): 4 -> row 0,
+  # 3 -> row 1, 1 -> row 0 (now full by count), 2 fits nowhere.
+  free, room = np.array([5, 4]), np.array([2, 1])
+  np.testing.assert_array_equal(first_fit_decreasing([2, 4, 1, 3], 10, 3, free, room),
+                                [-1, 0, 0, 1])
+  np.testing.assert_array_equal(free, [0, 1])
+  np.testing.assert_array_equal(room, [0, 0])
 
 
 def test_epochs_hold_every_example_once_reshuffled_and_resume_exactly(pair_file):
