@@ -65,7 +65,7 @@ class PackPlan:
   def __init__(self, features: dict, row_length: int, max_per_row: int, block: int = 0):
     self.lengths = features["input_mask"].sum(axis=1).astype(np.int64)   # [N]
     self.row_length, self.max_per_row = row_length, max_per_row
-    self.block = block if block and row_length % block == 0 and block < row_length else 0
+    self.block = block  # validated with the config (base.packing_block)
     descending = np.sort(self.lengths)[::-1]
     # [M, K] ranks (0 = the longest example) of each row's examples, -1 = empty slot,
     # and the first token of each slot.
