@@ -20,9 +20,9 @@ at the end of the config's schedule (or `max_steps`); every `every_s` of trainin
 (and at step 0 and at the stop) the params are scored on the fixed masked set with the
 clock paused. The training clock starts before the first step, so it holds the steps'
 compile (what a user waits for) and the data loader; state creation and data preparation
-(cached) are off it. The worker restarts itself once with GLIBC_TUNABLES=glibc.malloc.
-hugetlb=1, as the training CLI does (bert_jax/host_malloc.py); a driver started with its
-own GLIBC_TUNABLES (e.g. glibc.malloc.hugetlb=0) keeps that.
+(cached) are off it. The worker restarts itself once with the training CLI's
+GLIBC_TUNABLES (bert_jax/host_malloc.py SETTING); a driver started with a glibc.malloc
+tunable of its own (e.g. glibc.malloc.hugetlb=0) keeps that.
 
 Answers one JSON line: steps, training seconds, real (non-padding) tokens, tokens/s over
 the whole clock and over the steps after the first two (compile excluded), why it stopped.
