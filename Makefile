@@ -43,11 +43,11 @@ install-test: $(TEST_STAMP)
 # workdir, a prepared dataset) are built once, not once per worker as `--dist load`'s
 # round-robin chunks made them (bench/RESULTS.md, "The suite, 2026-11-28").
 PYTEST_N = -n 2 --dist worksteal
-# glibc's allocator policy for XLA's big host buffers: huge pages, freed memory kept in the
-# process (bert_jax/host_malloc.py SETTING; the training CLI sets it itself, the test
-# workers train in process); a GLIBC_TUNABLES of your own is kept.
-HOST_MALLOC = glibc.malloc.hugetlb=1:glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=68719476736
-HUGE_PAGES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:-$(HOST_MALLOC)}"
+# glibc's huge pages for XLA's big host buffers (bert_jax/host_malloc.py; the training CLI
+# sets its own policy, the test workers train in process); a GLIBC_TUNABLES of your own is
+# kept. Not the CLI's whole policy: the suite is mostly compiles, and one malloc arena for
+# every thread made it 17% slower (bench/RESULTS.md, "The host allocator after a pause").
+HUGE_PAGES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}"
 test: $(TEST_STAMP)
 	$(HUGE_PAGES) $(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 tests
 

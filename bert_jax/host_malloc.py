@@ -34,7 +34,8 @@ an interactive session), when this process is already the restarted one (an envi
 that drops GLIBC_TUNABLES cannot make it loop), or off Linux. The API and the inference
 CLIs (embed, fill-mask, generate, translate: no optimizer state, smaller buffers) never
 restart; their users get the same by exporting the variable before Python starts
-(docs/getting-started.md, "Speed on CPU"), as `make test` does for the suite.
+(docs/getting-started.md, "Speed on CPU"). `make test` sets only the huge pages: the
+suite is mostly compiles, which one malloc arena for all threads slowed by 17%.
 """
 from __future__ import annotations
 

@@ -101,8 +101,3 @@ def test_python_c_is_not_a_command_line_to_restart():
   lines = _run(["-c", _CHILD])
   assert [l[0] for l in lines] == ["started", "ran"] and lines[1][2] == "None"
 
-
-def test_make_test_runs_the_suite_under_the_clis_policy():
-  with open(os.path.join(ROOT, "Makefile"), encoding="utf-8") as f:
-    line = [l for l in f if l.startswith("HOST_MALLOC = ")]
-  assert line == [f"HOST_MALLOC = {host_malloc.SETTING}\n"]
