@@ -22,7 +22,9 @@ that free() unmaps again, so each step page-faults and zeroes those buffers anew
   first steps no buffer is mapped again: the fine-tuning step 403 against 460 ms back to
   back, 0.42-0.44 s after 10 s idle ("The host allocator after a pause").
 The process's resident memory stays at its high-water mark, which a training process
-holds anyway. Numerics do not change: only where the bytes live.
+holds anyway. The cost is in compiles, whose many small allocations from many threads
+now share one arena: a fresh 200-step `:demo` process took 5-16 s longer (of ~65 s),
+the compile-heavy test suite 17%. Numerics do not change: only where the bytes live.
 
 GLIBC_TUNABLES is read once, when a process starts, so a running process cannot change
 it: the training CLI (`python -m bert_jax.main`, `bert-jax-train`: every task's
