@@ -46,7 +46,7 @@ PYTEST_N = -n 2 --dist worksteal
 # glibc's huge pages for XLA's big host buffers (bert_jax/host_malloc.py; the training CLI
 # sets its own policy, the test workers train in process); a GLIBC_TUNABLES of your own is
 # kept. Not the CLI's whole policy: the suite is mostly compiles, and one malloc arena for
-# every thread made it 17% slower (bench/RESULTS.md, "The host allocator after a pause").
+# every thread slows them (bench/RESULTS.md, "The host allocator after a pause").
 HUGE_PAGES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}"
 test: $(TEST_STAMP)
 	$(HUGE_PAGES) $(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 tests
