@@ -52,8 +52,9 @@ def _step(kind: str, tmp: str):
   import finetune_profile  # pylint: disable=g-import-not-at-top
   import pretrain_profile  # pylint: disable=g-import-not-at-top
   if kind == "base":
+    config = os.path.join(bench_util.ROOT, "configs", "bert_tiny.py") + ":bert"
     return pretrain_profile.build(argparse.Namespace(
-        config=os.path.join(bench_util.ROOT, "configs", "bert_tiny.py") + ":bert", sizes="base", batch=8, data_dir="~/bert_jax_data"))
+        config=config, sizes="base", batch=8, data_dir="~/bert_jax_data"))
   return finetune_profile.build(argparse.Namespace(length=128, variant="default"), tmp)
 
 

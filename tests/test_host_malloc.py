@@ -101,3 +101,9 @@ def test_python_c_is_not_a_command_line_to_restart():
   lines = _run(["-c", _CHILD])
   assert [l[0] for l in lines] == ["started", "ran"] and lines[1][2] == "None"
 
+
+def test_the_docs_export_the_clis_setting():
+  """docs/getting-started.md's export line for API users is the CLI's policy, whole."""
+  with open(os.path.join(ROOT, "docs", "getting-started.md"), encoding="utf-8") as f:
+    exports = [l.strip() for l in f if l.startswith("export GLIBC_TUNABLES=")]
+  assert exports == [f"export GLIBC_TUNABLES={host_malloc.SETTING}"]
