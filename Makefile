@@ -43,7 +43,7 @@ install-test: $(TEST_STAMP)
 # workdir, a prepared dataset) are built once, not once per worker as `--dist load`'s
 # round-robin chunks made them (bench/RESULTS.md, "The suite, 2026-11-28").
 PYTEST_N = -n 2 --dist worksteal
-# glibc's huge pages for XLA's big host buffers (bert_jax/host_malloc.py; the training CLI
+# glibc's huge pages for XLA's big host buffers (bert_jax/hardware/host_malloc.py; the training CLI
 # sets its own policy, the test workers train in process); a GLIBC_TUNABLES of your own is
 # kept. Not the CLI's whole policy: the suite is mostly compiles, and one malloc arena for
 # every thread slows them (bench/RESULTS.md, "The host allocator after a pause").

@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
-from bert_jax import chips  # noqa: E402
+from bert_jax.hardware import chips  # noqa: E402
 from bert_jax.aot import report as report_lib  # noqa: E402
 
 PREDICTIONS = {128: 20, 512: 80}

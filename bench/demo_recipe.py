@@ -3,7 +3,7 @@
 Each variant is configs/bert_tiny.py:bert (BERT's original recipe) plus the overrides of
 one or more Cramming moves (Geiping & Goldstein 2022), trained for the same number of
 steps; its held-out accuracy is scored with the two count baselines on the same masked
-positions (bert_jax/demo_report.py). Quality is not timing-sensitive, so run it under the
+positions (bert_jax/apps/demo_report.py). Quality is not timing-sensitive, so run it under the
 shared CPU lock; steps/s for the 8-minute budget come from `--time` runs on an idle machine:
 
   /work/tools/cpu python bench/demo_recipe.py --steps 1200 --variants bert,nsp_off,...

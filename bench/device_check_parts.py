@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.layers import attention as A
 from bert_jax.train import mfu, optim
 from bert_jax.train.defaults import base_config, model_config, train_config

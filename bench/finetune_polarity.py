@@ -56,7 +56,7 @@ def frozen_baseline() -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from scipy import optimize  # pylint: disable=g-import-not-at-top
   from bert_jax import embed  # pylint: disable=g-import-not-at-top
-  from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import pretrained  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks.finetune.classification import data as readers  # pylint: disable=g-import-not-at-top
   from bert_jax.train.defaults import minilm_dir  # pylint: disable=g-import-not-at-top
   config, params, tokenizer = pretrained.load_encoder(minilm_dir())

@@ -73,7 +73,7 @@ def loop_step(task, c, num_batches: int):
   train/loop.py's own helpers on one device, cycling over `num_batches` batches of the
   task's train iterator (also bench/pretrain_profile.py's)."""
   import jax
-  from bert_jax import parallel
+  from bert_jax.runtime import parallel
   from bert_jax.train import loop, optim
   total, _, _ = loop._step_counts(c.train, task)  # pylint: disable=protected-access
   tx, schedule = optim.make_optimizer(c.train, total)

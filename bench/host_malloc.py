@@ -1,4 +1,4 @@
-"""Host allocator settings for XLA:CPU's fresh host buffers (bert_jax/host_malloc.py).
+"""Host allocator settings for XLA:CPU's fresh host buffers (bert_jax/hardware/host_malloc.py).
 
   .venv/bin/python bench/host_malloc.py [--rounds 3] [--steps 12] [--idle 10]
       [--step finetune|base] [--settings "glibc.malloc.hugetlb=0;glibc.malloc.hugetlb=1"]

@@ -19,8 +19,8 @@ import flax.linen as nn
 import jax
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from bert_jax import checkpoint  # noqa: E402  pylint: disable=g-import-not-at-top
-from bert_jax import parallel  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax.checkpoint import manager as checkpoint  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax.runtime import parallel  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.tasks import registry  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.train import steps  # noqa: E402  pylint: disable=g-import-not-at-top
 

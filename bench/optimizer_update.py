@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bert_jax import host_malloc  # noqa: E402  pylint: disable=wrong-import-position
+from bert_jax.hardware import host_malloc  # noqa: E402  pylint: disable=wrong-import-position
 
 host_malloc.reexec_with_huge_pages()  # as the training CLI runs
 

@@ -29,7 +29,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import bench_util
-from bert_jax.data import beam_util, corpora
+from bert_jax.data import corpora
+from bert_jax.data.beam import util as beam_util
 from bert_jax.data import prepare as prepare_lib
 from bert_jax.train import defaults
 

@@ -22,7 +22,7 @@ all-MiniLM-L6-v2 fine-tuning step at that row length instead of pretraining); pr
 the rounds' new/old ratios, and the load before and after. Like the training CLI it
 runs with huge pages for the host allocator (importing bench/ttq_ours_worker.py restarts
 the process with them unless GLIBC_TUNABLES already names the tunable:
-bert_jax/host_malloc.py).
+bert_jax/hardware/host_malloc.py).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the per-step stop vote (bert_jax.multihost.StopVote) costs a training step.
+"""What the per-step stop vote (bert_jax.runtime.multihost.StopVote) costs a training step.
 
   /work/main/.venv/bin/python bench/stop_vote.py [--processes 2,4,8] [--steps 300]
 
@@ -43,7 +43,7 @@ def _together(fns):
 
 
 def seconds_per_step(clients, steps: int) -> float:
-  from bert_jax import multihost  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import multihost  # pylint: disable=g-import-not-at-top
   key = f"bench/{time.monotonic_ns()}"  # one run's votes, shared by its stand-ins
   votes = [multihost.StopVote(c, process_index=i, process_count=len(clients), key=key)
            for i, c in enumerate(clients)]

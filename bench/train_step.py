@@ -82,7 +82,7 @@ import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from bert_jax import parallel  # noqa: E402
+from bert_jax.runtime import parallel  # noqa: E402
 from bert_jax.tasks.pretraining import PretrainingTask  # noqa: E402
 from bert_jax.train import mfu  # noqa: E402
 from bert_jax.train import optim  # noqa: E402

@@ -21,7 +21,7 @@ at the end of the config's schedule (or `max_steps`); every `every_s` of trainin
 clock paused. The training clock starts before the first step, so it holds the steps'
 compile (what a user waits for) and the data loader; state creation and data preparation
 (cached) are off it. The worker restarts itself once with the training CLI's
-GLIBC_TUNABLES (bert_jax/host_malloc.py SETTING); a driver started with a glibc.malloc
+GLIBC_TUNABLES (bert_jax/hardware/host_malloc.py SETTING); a driver started with a glibc.malloc
 tunable of its own (e.g. glibc.malloc.hugetlb=0) keeps that.
 
 Answers one JSON line: steps, training seconds, real (non-padding) tokens, tokens/s over
@@ -39,10 +39,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
 import ttq_scorer  # noqa: E402  pylint: disable=wrong-import-position
-from bert_jax import host_malloc  # noqa: E402  pylint: disable=wrong-import-position
+from bert_jax.hardware import host_malloc  # noqa: E402  pylint: disable=wrong-import-position
 
 # As `python -m bert_jax.main` runs: restarted once with glibc's huge pages for XLA's
-# big host buffers (bert_jax/host_malloc.py), unless the driver's environment says otherwise.
+# big host buffers (bert_jax/hardware/host_malloc.py), unless the driver's environment says otherwise.
 host_malloc.reexec_with_huge_pages()
 
 PROG = "ttq_ours_worker"
@@ -91,7 +91,7 @@ def main():
   bench_util.claim_stdout()
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from bert_jax import parallel  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import parallel  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks.pretraining import PretrainingTask  # pylint: disable=g-import-not-at-top
   from bert_jax.train import optim  # pylint: disable=g-import-not-at-top
   from bert_jax.train.loop import create_sharded_state, jit_steps  # pylint: disable=g-import-not-at-top

@@ -15,7 +15,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from bert_jax import compile_cache
+from bert_jax.runtime import compile_cache
 from bert_jax.cli import library_logs_at_warning, parse_flags  # the shared --config CLI parser (also bert_jax.aot)
 
 FLAGS = flags.FLAGS
@@ -37,7 +37,7 @@ def _maybe_initialize_distributed():
   import os  # pylint: disable=g-import-not-at-top
   from absl import logging  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
-  from bert_jax import platforms  # pylint: disable=g-import-not-at-top
+  from bert_jax.hardware import platforms  # pylint: disable=g-import-not-at-top
   # Cross-process collectives between CPU devices (multi-process CPU runs, tests); it
   # does not affect GPU/TPU collectives. Must precede any backend initialization.
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -68,7 +68,7 @@ def _maybe_initialize_distributed():
 def run(config, workdir: str):
   """What a run of `config` does: registry.run (the task's trainer, or predict mode),
   with config.export_hf's check before it, so a run that cannot be exported fails at
-  once, and its export after a finished (not preempted) run (bert_jax/export.py)."""
+  once, and its export after a finished (not preempted) run (bert_jax/apps/export.py)."""
   from bert_jax import export  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   export_hf = config.get("export_hf") and config.get("mode", "train") == "train"
@@ -89,9 +89,10 @@ def main(argv):
   compile_cache.set_compilation_cache(FLAGS.compilation_cache)
   _maybe_initialize_distributed()
   config = _CONFIG.value
-  from bert_jax import paths, progress  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import paths  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import progress
   progress.set_enabled(config.get("progress", True))
-  from bert_jax.checkpoint import CheckpointSaveError  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint.manager import CheckpointSaveError  # pylint: disable=g-import-not-at-top
   from bert_jax.train.writer import MetricsWriteError  # pylint: disable=g-import-not-at-top
   full_disk = (CheckpointSaveError, MetricsWriteError)
   try:
@@ -114,9 +115,9 @@ def exit_status(result) -> int:
 
 def entry():
   """The `bert-jax-train` console script (and `python -m bert_jax.main`)."""
-  from bert_jax import host_malloc  # pylint: disable=g-import-not-at-top
+  from bert_jax.hardware import host_malloc  # pylint: disable=g-import-not-at-top
   host_malloc.reexec_with_huge_pages()  # before jax starts: its big buffers in huge pages
-  from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main, flags_parser=parse_flags)
 

@@ -188,7 +188,7 @@ def aot_rows(config_path: str, topology: str, extra: list[str], jsonl: str = "",
   appended to that file as soon as it is known (a sweep of hours keeps what it did), and
   a point that file already holds for the same topology and --config.x flags is taken
   from it instead of compiled again: a stopped sweep, rerun, resumes where it stopped."""
-  from bert_jax import chips  # pylint: disable=g-import-not-at-top
+  from bert_jax.hardware import chips  # pylint: disable=g-import-not-at-top
   from bert_jax.aot import check as check_lib, report as report_lib  # pylint: disable=g-import-not-at-top
   chips.parse_topology(topology)  # an unknown name: one error, not one per point
   points = load_sweep(config_path, extra)
@@ -255,7 +255,7 @@ def _compiled_rows(jsonl: str, topology: str, extra: list[str]) -> dict[str, dic
   by _point_key (a line cut short by a kill is ignored)."""
   if not jsonl or not os.path.exists(jsonl):
     return {}
-  from bert_jax import jsonl as jsonl_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import jsonl as jsonl_lib  # pylint: disable=g-import-not-at-top
   return {_point_key(row["overrides"]): row for row in jsonl_lib.rows(jsonl)
           if row.get("topology") == topology and row.get("extra") == list(extra)
           and not row.get("skipped") and row.get("fits") is not None}

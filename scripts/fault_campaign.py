@@ -196,7 +196,7 @@ def checkpoints_ok(workdir: str) -> tuple[list[int], list[str]]:
   sys.path.insert(0, ROOT)
   import jax  # pylint: disable=g-import-not-at-top
   import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   directory = os.path.join(workdir, "checkpoints")
   if not os.path.isdir(directory):
     return [], []

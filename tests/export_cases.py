@@ -111,7 +111,7 @@ def make_workdir(head: str, workdir: str, steps=((1, None),)):
   steps: (step, eval metrics or None) saved in order; every step holds the same params
   except that steps after the first are scaled by 0.5 (so a wrong pick is visible).
   """
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
   from bert_jax.train.loop import _meta  # pylint: disable=g-import-not-at-top
   config = config_of(head)

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import parallel
-from bert_jax import chips
+from bert_jax.runtime import parallel
+from bert_jax.hardware import chips
 from bert_jax.aot import hlo, report as report_lib
 from bert_jax.aot import compile as compile_lib
 from bert_jax.aot.check import check

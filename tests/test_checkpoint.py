@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import multihost
+from bert_jax.checkpoint import manager as ckpt_lib
+from bert_jax.runtime import multihost
 
 
 def _state(value: float):

@@ -1,4 +1,4 @@
-"""bert_jax/cli.py: absl's --config parser (bert_jax.main, aot) and the argparse front of
+"""bert_jax/apps/cli.py: absl's --config parser (bert_jax.main, aot) and the argparse front of
 the CLIs whose main returns an exit status."""
 import argparse
 import os

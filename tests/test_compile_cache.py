@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import jax
 import jax.numpy as jnp
-from bert_jax import compile_cache
+from bert_jax.runtime import compile_cache
 compile_cache.set_compilation_cache(sys.argv[1])
 x = jnp.arange(64 * 64, dtype=jnp.float32).reshape(64, 64) / 4096
 print(float(jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(x)))

@@ -1,7 +1,7 @@
 """Every console script of pyproject answers --help with its flags, as `python -m` does.
 
 A console script's `__main__` is pip's wrapper, not the CLI module, and absl's --help
-lists only the key flags of `__main__`'s module: without bert_jax.flag_help the absl CLIs
+lists only the key flags of `__main__`'s module: without bert_jax.runtime.flag_help the absl CLIs
 printed "USAGE: bert-jax-train [flags] ... Try --helpfull" and no flag. The wrapper is
 reproduced by `python -c` calling the script's entry function (the installed scripts in
 the venv point at the main checkout, not at this one).

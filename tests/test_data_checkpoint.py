@@ -6,7 +6,7 @@ import grain
 import pytest
 from etils import epath
 
-from bert_jax import data_checkpoint as dc
+from bert_jax.checkpoint import data_state as dc
 from bert_jax.data import sampling
 
 

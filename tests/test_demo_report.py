@@ -72,7 +72,7 @@ def test_bad_workdir_one_line(tmp_path, capsys):
   assert len(err) == 1 and err[0].startswith("demo_report: error: ")
   # A word2vec workdir (no Transformer in its checkpoint): one line, was a traceback.
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   ck = checkpoint.Checkpointer(str(tmp_path / "w2v" / "checkpoints"), async_save=False)
   ck.save(2, {"params": {"target": np.zeros((3, 2), np.float32)}}, {"task": "word2vec"})
   ck.close()

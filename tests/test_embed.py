@@ -231,7 +231,7 @@ def test_plans_place_every_text_once_and_leave_few_positions_empty():
 @pytest.mark.parametrize("row_length", [96, 24])
 def test_packed_rows_give_each_text_the_vectors_of_its_own_forward_pass(row_length,
                                                                         monkeypatch):
-  from bert_jax.pretrained import load_encoder
+  from bert_jax.checkpoint.pretrained import load_encoder
   config, params, tokenizer = load_encoder(TINY)
   texts = ["the cat sat on the mat", "a dog", "bird", "the " * 25, "x", "a b c d e f"]
   ids = embed.tokenize(tokenizer, texts, 64).ids

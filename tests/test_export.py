@@ -1,4 +1,4 @@
-"""bert_jax/export.py: each head's export is what transformers computes with our numbers.
+"""bert_jax/apps/export.py: each head's export is what transformers computes with our numbers.
 
 The references (tests/testdata/hf/export/) are transformers' own outputs: its
 AutoModelFor... class loaded the export of the same tiny workdir (tests/export_cases.py)

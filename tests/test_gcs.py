@@ -118,7 +118,8 @@ def test_pretraining_in_a_gcs_workdir_is_killed_resumed_and_read_back(gcs, tmp_p
 
   # Exported from the bucket into the bucket (the export CLI, config.export_hf): the HF
   # directory holds the checkpoint's encoder and vocabulary.
-  from bert_jax import export, pretrained
+  from bert_jax import export
+  from bert_jax.checkpoint import pretrained
   architecture, step_dir = export.export(workdir, "gs://bucket/run-hf", "latest")
   assert step_dir == "gs://bucket/run/checkpoints/6", step_dir
   assert architecture == "BertForPreTraining"
@@ -129,7 +130,7 @@ def test_pretraining_in_a_gcs_workdir_is_killed_resumed_and_read_back(gcs, tmp_p
 
 
 def test_gs_workdir_without_gcsfs_is_one_line_error(monkeypatch):
-  from bert_jax import paths
+  from bert_jax.runtime import paths
   import importlib.util
   real = importlib.util.find_spec
   monkeypatch.setattr(importlib.util, "find_spec",
@@ -153,7 +154,7 @@ def test_an_hf_dir_saved_to_gcs_loads_back_as_init_from(gcs):
   for tiny_bert, and the encoder, config and tokenizer read back from the bucket equal
   those read from the local original."""
   import safetensors.numpy
-  from bert_jax import pretrained
+  from bert_jax.checkpoint import pretrained
   from bert_jax.data.tokenizer import load_tokenizer
   from bert_jax.interop import hf_load, hf_save
   cfg, params = hf_load.load_hf_bert(TINY)

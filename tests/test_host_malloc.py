@@ -1,4 +1,4 @@
-"""bert_jax/host_malloc.py: the CLIs restart once with glibc's allocator tunables, keep a
+"""bert_jax/hardware/host_malloc.py: the CLIs restart once with glibc's allocator tunables, keep a
 user's own glibc.malloc policy, never restart what is not a command line, and the
 restarted process really gets transparent huge pages for a large allocation and keeps
 what it frees (no mmap of its own, nothing unmapped)."""
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from bert_jax import host_malloc
+from bert_jax.hardware import host_malloc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,7 +31,7 @@ def test_the_tunable_is_added_appended_or_left_as_the_user_set_it(monkeypatch):
 _CHILD = textwrap.dedent("""
     import os, sys
     print("started", os.getpid(), os.environ.get("GLIBC_TUNABLES"), flush=True)
-    from bert_jax import host_malloc
+    from bert_jax.hardware import host_malloc
     host_malloc.reexec_with_huge_pages()
     import ctypes
     libc = ctypes.CDLL(None)

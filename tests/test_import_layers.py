@@ -18,18 +18,17 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
                        "bert_jax")
 
 LAYERS = (
-    ("paths", "jsonl", "progress", "parallel", "chips", "platforms", "host_malloc",
-     "compile_cache", "multihost", "flag_help"),  # no model; multihost: agreement between hosts
+    ("runtime", "hardware"),                     # no model; runtime: mesh, hosts, paths
+    ("kernels",),                                # fused attention behind one dispatch
     ("layers",),
     ("models",),
-    ("data", "checkpoint", "checkpoint_read", "data_checkpoint", "decoding"),
-    ("interop", "pretrained"),                   # HF checkpoints <-> our trees
+    ("data", "checkpoint", "decoding"),
+    ("interop",),                                # HF checkpoints <-> our trees
     ("train",),                                  # the shared loop: never imports tasks/
     ("tasks", "word2vec"),                       # what is trained (word2vec: own trainer)
     ("configs",),                                # config files name tasks' tables
-    ("cli", "aot"),                              # the --config parser; the AOT check
-    ("main", "prepare", "export", "embed", "translate", "generate", "fill_mask", "visualize",
-     "demo_report", "api", "__init__"),                                # what users run or import
+    ("apps", "aot", "visualize"),                # the user commands (apps/: bert_jax.<name>)
+    ("main", "api", "__init__"),                 # what users run or import first
 )
 LAYER = {room: i for i, rooms in enumerate(LAYERS) for room in rooms}
 
@@ -42,6 +41,8 @@ def _modules(root: str = PACKAGE) -> dict[str, str]:
       if name.endswith(".py"):
         path = os.path.join(dirpath, name)
         rel = os.path.relpath(path, os.path.dirname(root))[:-3].replace(os.sep, ".")
+        if rel.startswith("bert_jax.apps."):  # the commands import as bert_jax.<name>
+          rel = "bert_jax." + rel[len("bert_jax.apps."):]
         out[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = path
   return out
 
@@ -79,8 +80,10 @@ def import_graph(modules) -> dict[str, set[str]]:
 
 
 def room(module: str) -> str:
-  """bert_jax.tasks.finetune.base -> tasks; bert_jax.paths -> paths; bert_jax -> __init__."""
+  """bert_jax.tasks.finetune.base -> tasks; bert_jax.runtime.paths -> paths; bert_jax -> __init__."""
   parts = module.split(".")
+  if len(parts) == 2 and os.path.isfile(os.path.join(PACKAGE, "apps", parts[1] + ".py")):
+    return "apps"
   return parts[1] if len(parts) > 1 else "__init__"
 
 
@@ -162,7 +165,7 @@ def test_scan_sees_lazy_relative_and_from_imports(toy):
   assert graph["bert_jax.tasks.registry"] == {"bert_jax.tasks.base", "bert_jax.train.loop"}
   assert graph["bert_jax.tasks.base"] == {"bert_jax.models.bert"}
   assert upward_imports(graph) == [
-      "bert_jax.layers.a (layers, layer 1) imports bert_jax.tasks.registry (tasks, layer 6)"]
+      "bert_jax.layers.a (layers, layer 2) imports bert_jax.tasks.registry (tasks, layer 7)"]
   assert find_cycle(graph) is None
 
 

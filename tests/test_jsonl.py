@@ -1,4 +1,4 @@
-from bert_jax import jsonl
+from bert_jax.runtime import jsonl
 
 
 def test_rows_skip_a_line_cut_short_and_keep_the_rest(tmp_path):

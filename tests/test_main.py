@@ -6,7 +6,9 @@ import jax.numpy as jnp
 import pytest
 from jax.experimental.compilation_cache import compilation_cache
 
-from bert_jax import compile_cache, main, platforms
+from bert_jax import main
+from bert_jax.runtime import compile_cache
+from bert_jax.hardware import platforms
 
 
 @pytest.fixture

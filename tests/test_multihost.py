@@ -10,7 +10,7 @@ import portpicker
 import pytest
 from jaxlib import _jax
 
-from bert_jax import multihost
+from bert_jax.runtime import multihost
 
 
 _runs = itertools.count()

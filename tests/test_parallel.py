@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 
 
 def test_one_process_is_one_shard_whatever_the_mesh():

@@ -1,8 +1,8 @@
-"""bert_jax/paths.py: the start-up check of a run config's paths."""
+"""bert_jax/runtime/paths.py: the start-up check of a run config's paths."""
 import ml_collections
 import pytest
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 
 def test_a_missing_init_from_is_named_at_start_up(tmp_path):

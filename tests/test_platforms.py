@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from bert_jax import platforms
+from bert_jax.hardware import platforms
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "testdata", "hf", "tiny_bert")

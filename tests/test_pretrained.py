@@ -1,9 +1,10 @@
-"""bert_jax/pretrained.py: the one loader of HF BERT directories and our checkpoints."""
+"""bert_jax/checkpoint/pretrained.py: the one loader of HF BERT directories and our checkpoints."""
 import os
 
 import pytest
 
-from bert_jax import checkpoint, pretrained
+from bert_jax.checkpoint import manager as checkpoint
+from bert_jax.checkpoint import pretrained
 from bert_jax.interop import hf_load
 from tests.interop.hf_cases import TINY, assert_same
 

@@ -1,10 +1,11 @@
-"""bert_jax/progress.py: tqdm bars on stderr only when it is a terminal and not switched
+"""bert_jax/runtime/progress.py: tqdm bars on stderr only when it is a terminal and not switched
 off; the embed CLI's bar and its --noprogress."""
 import io
 import os
 import sys
 
-from bert_jax import embed, progress
+from bert_jax import embed
+from bert_jax.runtime import progress
 
 TINY = os.path.join(os.path.dirname(__file__), "testdata", "hf", "tiny_bert")
 

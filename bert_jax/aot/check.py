@@ -9,7 +9,7 @@ from typing import Sequence
 import ml_collections
 from etils import epath
 
-from bert_jax import chips
+from bert_jax.hardware import chips
 from bert_jax.aot import compile as compile_lib
 from bert_jax.aot import report as report_lib
 

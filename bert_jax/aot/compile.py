@@ -13,8 +13,8 @@ from typing import Any
 import jax
 import ml_collections
 
-from bert_jax import chips
-from bert_jax import parallel
+from bert_jax.hardware import chips
+from bert_jax.runtime import parallel
 from bert_jax.aot import hlo
 from bert_jax.train import loop, optim
 

@@ -12,9 +12,9 @@ import re
 import jax
 import numpy as np
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.aot import hlo
-from bert_jax.chips import GiB
+from bert_jax.hardware.chips import GiB
 
 _TERMS = ("arguments", "temporaries", "outputs", "program")
 

@@ -16,8 +16,8 @@ import dataclasses
 
 import ml_collections
 
-from bert_jax import parallel
-from bert_jax import chips
+from bert_jax.runtime import parallel
+from bert_jax.hardware import chips
 from bert_jax.aot import compile as compile_lib
 from bert_jax.aot import report as report_lib
 from bert_jax.word2vec import step as step_lib

@@ -56,7 +56,7 @@ def get_config(arg=None):
   c.train.chunks_per_step = 512    # SGD updates per dispatched step (a loop on device)
   c.train.prefetch = 2             # batches the host thread builds ahead
   c.train.log_every_steps = 5
-  # Orbax checkpoints in workdir/checkpoints after every epoch (bert_jax.checkpoint, as
+  # Orbax checkpoints in workdir/checkpoints after every epoch (bert_jax.checkpoint.manager, as
   # BERT's loop), and at the step a SIGTERM / Ctrl-C stops after: a rerun on the same
   # workdir resumes right after the newest one's step, inside its epoch too.
   c.train.checkpoint = True

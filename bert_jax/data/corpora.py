@@ -24,9 +24,9 @@ from typing import Iterator, Optional
 
 import tensorflow_datasets as tfds
 
-from bert_jax import paths
-from bert_jax.data import beam_remote
-from bert_jax.data import beam_util
+from bert_jax.runtime import paths
+from bert_jax.data.beam import remote as beam_remote
+from bert_jax.data.beam import util as beam_util
 from bert_jax.data import text_cleaning
 
 # ------------------------------------------------------------------------- readers
@@ -181,7 +181,7 @@ def prepare_tfds(name: str, data_dir: Optional[str] = None, split: str = "train"
   Beam builder: wikipedia/*, c4/*; download_config carries the runner); its length."""
   builder = tfds.builder(name, data_dir=data_dir)
   if paths.is_remote(builder.data_dir):
-    # Its Beam workers write the shards through a local file too (data/beam_remote.py):
+    # Its Beam workers write the shards through a local file too (data/beam/remote.py):
     # array_record writes local files only. tfds's hook for a custom storage, per instance.
     builder._example_writer = lambda: beam_remote.UploadingExampleWriter(  # pylint: disable=protected-access
         file_format=builder.info.file_format)

@@ -18,7 +18,7 @@ import shutil
 
 import tensorflow_datasets as tfds
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.data import corpora
 from bert_jax.data import mirror
 

@@ -10,7 +10,7 @@ epoch, computed per batch in numpy), strided over processes: process p of S take
 global positions p, p + S, ..., so batch j of the S processes together holds the same
 examples whatever S is. A sequence's mask depends on (seed, epoch, instance index) only
 (see Masker), so worker count and resumption never change it. Iterator state:
-`it.get_state()/set_state()`, saved with every checkpoint (bert_jax/checkpoint.py).
+`it.get_state()/set_state()`, saved with every checkpoint (bert_jax/checkpoint/manager.py).
 The batch keys of a step (the shuffle and the eval shards) come from sampling.py.
 """
 from __future__ import annotations

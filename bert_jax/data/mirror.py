@@ -28,7 +28,7 @@ import os
 import shutil
 from typing import Callable, Optional
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 
 class CorruptDataError(ValueError):
@@ -125,7 +125,7 @@ class Mirror:
   def ensure_in_place(self, name: str, marker: str, build: Callable[[str], object]) -> str:
     """Where level `name` lives (its gs:// url, or local directory), complete: `build(it)`
     unless its marker is there; nothing copied to or from this host. For builders that
-    write into the bucket themselves (Beam workers: data/beam_remote.py); the build
+    write into the bucket themselves (Beam workers: data/beam/remote.py); the build
     checks and writes `marker` (last) itself, as a local build does."""
     del marker
     with build_lock(self.path(name)):  # one build per host at a time, as `ensure`

@@ -10,7 +10,7 @@ build it once: the others wait and reuse it. A data_dir on gs:// is built on loc
 (data.cache_dir) and uploaded level by level, marker last; a run that finds a level
 complete in the bucket copies it instead (data/mirror.py): what training reads comes
 from local disk. With a Beam runner and a gs:// data_dir the levels are written
-straight into the bucket instead, shards by the workers (data/beam_remote.py), and
+straight into the bucket instead, shards by the workers (data/beam/remote.py), and
 the launcher copies nothing. On a pod only process 0 prepares; the others `open_prepared` the
 directory it names (data/hosts.py). Reused datasets have their shards checked against
 the record counts tfds wrote (a truncated array_record opens as empty).
@@ -36,10 +36,10 @@ import time
 import numpy as np
 import tensorflow_datasets as tfds
 
-from bert_jax import paths
-from bert_jax.data import beam_documents
-from bert_jax.data import beam_instances
-from bert_jax.data import beam_vocab
+from bert_jax.runtime import paths
+from bert_jax.data.beam import documents as beam_documents
+from bert_jax.data.beam import instances as beam_instances
+from bert_jax.data.beam import vocab as beam_vocab
 from bert_jax.data import corpora
 from bert_jax.data import documents_builder
 from bert_jax.data import instances

@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.data import levels
 from bert_jax.data import mirror
 from bert_jax.data import tokenizer as tokenizer_lib

@@ -20,7 +20,7 @@ from typing import Iterable, Optional
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.data import wordpiece
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"

@@ -9,7 +9,7 @@ characters, the most frequent adjacent pair merged first, ties to the smaller id
 ids that do not depend on hash order, so its output depends on the multiset of word
 counts only. Word counts
 add up, so they can be computed anywhere (one process here, Beam workers in
-data/beam_vocab.py) and combined in any order.
+data/beam/vocab.py) and combined in any order.
 
   counts = count_words(texts, lowercase=True)         # Counter: word -> count
   tokens = train(counts, vocab_size=30522)             # [PAD] [UNK] [CLS] [SEP] [MASK] ...

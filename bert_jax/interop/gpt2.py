@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import safetensors.numpy
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.interop.hf_config import read_config_json
 from bert_jax.interop.hf_load import read_safetensors
 from bert_jax.layers.config import TransformerConfig

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.layers.config import TransformerConfig
 
 _FROM_HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",

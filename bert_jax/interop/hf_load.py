@@ -17,7 +17,7 @@ from absl import logging
 import numpy as np
 import safetensors.numpy
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.interop import hf_layout as layout
 from bert_jax.interop.hf_config import load_hf_config
 from bert_jax.layers.config import TransformerConfig, pad_rows

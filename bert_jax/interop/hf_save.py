@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import safetensors.numpy
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.interop import hf_layout as layout
 from bert_jax.interop.hf_config import check_hf_compatible, hf_config_dict
 from bert_jax.layers.config import TransformerConfig

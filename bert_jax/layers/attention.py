@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.layers import positional
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.layers import dense as dense_lib

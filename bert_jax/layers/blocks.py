@@ -7,7 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.layers.attention import MultiHeadAttention
 from bert_jax.layers.config import TransformerConfig, layer_norm
 from bert_jax.layers import dense as dense_lib

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.layers import norm
 
 POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.layers import cudnn as cudnn_lib
 from bert_jax.layers import dropout as dropout_lib
 from bert_jax.layers import splash as splash_lib

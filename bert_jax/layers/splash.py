@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 
 Array = jax.Array
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from bert_jax.layers import attention as attn_lib
 from bert_jax.layers.blocks import ACTIVATIONS
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.layers.config import TransformerConfig, embedding, layer_norm, vocab_logits
 from bert_jax.layers import dense as dense_lib
 from bert_jax.layers.dropout import Dropout

@@ -108,7 +108,8 @@ class PretrainingTask:
 
   def load_pretrained_params(self, path: str, template):
     """Params from an HF BERT directory or one of our checkpoints, checked against ours."""
-    from bert_jax import checkpoint, pretrained  # pylint: disable=g-import-not-at-top
+    from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
+    from bert_jax.checkpoint import pretrained
     source, _, _ = pretrained.load_encoder(path, with_params=False)
     changed = [f"model.{k}={getattr(source, a)!r} (this run: {getattr(self.model_config, a)!r})"
                for k, a in _SIZE_FIELDS if getattr(source, a) != getattr(self.model_config, a)]

@@ -49,7 +49,7 @@ def run(config: ml_collections.ConfigDict, workdir: str):
   config.mode "predict" (HostScored tasks): predictions for config.predict.input_file
   with the workdir's best checkpoint; a name in TRAINERS: its own trainer; else the
   shared loop, `train_and_evaluate(config, workdir, task)`. config.export_hf is
-  main.run's (bert_jax/export.py uses this registry, not the other way round).
+  main.run's (bert_jax/apps/export.py uses this registry, not the other way round).
   """
   mode = config.get("mode", "train")
   if mode not in MODES:

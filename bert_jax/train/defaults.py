@@ -141,7 +141,7 @@ def resolve_platform(config: ml_collections.ConfigDict, platform: str,
 
 def _checkpoint_model_config(workdir: str) -> dict | None:
   """The model_config of the workdir's newest readable checkpoint; None when there is none."""
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   model_config = (checkpoint.newest_meta(workdir) or {}).get("model_config")
   return dict(model_config) if isinstance(model_config, dict) else None
 
@@ -346,7 +346,7 @@ def data_config() -> ml_collections.ConfigDict:
   c.vocab_path = config_dict.placeholder(str)
   c.vocab_size = 30522
   # A trained vocab counts the words of a deterministic sample of about this many
-  # characters of the train documents (data/beam_vocab.py: why 1e9 is enough).
+  # characters of the train documents (data/beam/vocab.py: why 1e9 is enough).
   c.vocab_sample_chars = 1_000_000_000
   # Uncased = lowercase + strip accents (BertNormalizer). None: a trained vocab is uncased,
   # a given tokenizer keeps its own setting (tokenizer.json / do_lower_case / the vocab).

@@ -18,8 +18,10 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import multihost, parallel, progress
+from bert_jax.checkpoint import manager as ckpt_lib
+from bert_jax.runtime import multihost
+from bert_jax.runtime import parallel
+from bert_jax.runtime import progress
 from bert_jax.layers import dot_product
 from bert_jax.train import mfu
 from bert_jax.train import optim, steps, wandb_run

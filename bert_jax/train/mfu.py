@@ -2,7 +2,7 @@
 model FLOPs utilization.
 
 The denominator, in order: `train.peak_flops_per_device` when set (> 0); the bf16 dense
-datasheet peak of the device kind (bert_jax/chips.py, the one chip table); else, for
+datasheet peak of the device kind (bert_jax/hardware/chips.py, the one chip table); else, for
 kinds without a datasheet figure (CPU), the FLOP/s of a large matmul measured once at
 start-up. The start-up log line names which one was used (`Peak.describe`).
 """
@@ -78,7 +78,7 @@ def resolve_peak(override: float = 0.0, device_kind: str | None = None,
   kind = jax.devices()[0].device_kind if device_kind is None else device_kind
   # Imported once the backend runs: bert_jax.aot lets several processes load libtpu (for
   # compile-only use), which a training process must not ask for before its start.
-  from bert_jax import chips  # pylint: disable=g-import-not-at-top
+  from bert_jax.hardware import chips  # pylint: disable=g-import-not-at-top
   chip = chips.chip_for_device_kind(kind)
   if chip is not None:
     return Peak(chip.peak_bf16_flops, "datasheet",

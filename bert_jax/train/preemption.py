@@ -27,7 +27,7 @@ class Preemption:
   next step and exits cleanly. A second Ctrl-C interrupts at once, as Python's default
   (a Ctrl-C was a KeyboardInterrupt traceback that lost the steps since the last save).
   With several processes the flag is only this process's vote: every process stops at
-  the step they agree on (bert_jax/multihost.py StopVote), the next step at the latest.
+  the step they agree on (bert_jax/runtime/multihost.py StopVote), the next step at the latest.
   The SLURM (scancel, time limit) and TPU (preemption, maintenance) launchers send
   SIGTERM."""
 

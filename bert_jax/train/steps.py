@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 
 
 @flax.struct.dataclass

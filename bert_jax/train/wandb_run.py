@@ -17,7 +17,7 @@ import secrets
 import jax
 from etils import epath
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 ID_FILE = "wandb_run_id"
 

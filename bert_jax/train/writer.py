@@ -30,7 +30,7 @@ import jax
 from absl import logging
 from etils import epath
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 
 
 class MetricsWriteError(OSError):

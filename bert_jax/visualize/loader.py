@@ -46,7 +46,7 @@ def _hf_bert(path: str):
 
 
 def _ours(path: str):
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   from bert_jax.interop import hf_layout  # pylint: disable=g-import-not-at-top
   config, params, tokenizer_dir, meta = checkpoint.load_params_for_inference(
       path, return_meta=True)
@@ -74,9 +74,9 @@ def _ours(path: str):
 def load(path: str, what: str = "--checkpoint") -> Loaded:
   """Loads `path` or raises InputError with one line naming the problem (and `what`: the
   flag or argument the path came from)."""
-  from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import pretrained  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
-  from bert_jax import paths  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import paths  # pylint: disable=g-import-not-at-top
   from bert_jax.interop import gpt2  # pylint: disable=g-import-not-at-top
   if not os.path.exists(path):
     raise InputError(f"{what} {path} does not exist")

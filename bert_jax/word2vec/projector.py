@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from bert_jax import paths as path_lib
+from bert_jax.runtime import paths as path_lib
 
 _CONFIG = """embeddings {
   tensor_name: "word2vec"

@@ -78,7 +78,7 @@ def main(argv):
 def entry():
   """The `bert-jax-word2vec-query` console script (and `python -m`)."""
   _define_flags()
-  from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main)
 

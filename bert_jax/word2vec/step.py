@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.word2vec import model as w2v_model
 
 ROWS, COLS = "tensor", "fsdp"  # mesh axes of table rows / columns (checked against the rules)

@@ -28,8 +28,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import multihost, parallel
+from bert_jax.checkpoint import manager as ckpt_lib
+from bert_jax.runtime import multihost
+from bert_jax.runtime import parallel
 from bert_jax.layers.config import pad_rows
 from bert_jax.train import wandb_run
 from bert_jax.train.preemption import Preemption
@@ -85,7 +86,7 @@ def start_cpu_backend_single_threaded() -> bool:
 class _WorkdirCheckpoints:
   """The default checkpoint_fn / restore_fn: Orbax checkpoints in workdir/checkpoints.
 
-  Through bert_jax.checkpoint.Checkpointer (keep-last-K, async saves, an unreadable step
+  Through bert_jax.checkpoint.manager.Checkpointer (keep-last-K, async saves, an unreadable step
   falls back to the previous one), meta = task, config, vocabulary. One at every epoch's
   end, and inside an epoch (every train.checkpoint_every_steps, and at a SIGTERM / Ctrl-C
   stop) with the stream's position in meta["position"] (`save`), from which a rerun goes

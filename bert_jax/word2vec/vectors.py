@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from bert_jax import paths as path_lib
+from bert_jax.runtime import paths as path_lib
 from bert_jax.word2vec.data import gensim_test_file
 
 BENCHMARKS = {"wordsim353": "wordsim353.tsv", "simlex999": "simlex999.txt",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from bert_jax.data import beam_util
+from bert_jax.data.beam import util as beam_util
 from bert_jax.data import corpora
 from bert_jax.data import documents_builder
 from bert_jax.data import loader
@@ -102,7 +102,7 @@ def records(dataset_dir):
 
 def unordered(by_split):
   """split -> its records sorted: the instances of Beam and of the in-process path are the
-  same records, not in the same order (data/beam_instances.py)."""
+  same records, not in the same order (data/beam/instances.py)."""
   return {split: sorted(recs) for split, recs in by_split.items()}
 
 

@@ -2,7 +2,7 @@
 
 DirectRunner with 2 worker processes stands in for Dataflow: the workers write their
 array_record shards to local temporary files and upload them into the bucket, and read
-the documents from copies of their files (data/beam_remote.py); the launcher writes
+the documents from copies of their files (data/beam/remote.py); the launcher writes
 only metadata and markers and keeps no copy. The bucket's datasets must be the records
 of the in-process preparation of the same corpus, and a training host must read them
 through the usual copy (data/mirror.py).
@@ -12,8 +12,8 @@ import os
 
 import numpy as np
 import tensorflow_datasets as tfds
-from bert_jax.data import beam_remote
-from bert_jax.data import beam_util
+from bert_jax.data.beam import remote as beam_remote
+from bert_jax.data.beam import util as beam_util
 from bert_jax.data import mirror
 from bert_jax.data import prepare as prepare_lib
 from tests.data.test_beam import TWO_WORKERS, config, records, unordered, write_bad_files

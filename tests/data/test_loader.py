@@ -173,7 +173,7 @@ def test_host_to_global_shards_the_batch_dimension(tiny):
   """The loop's host -> device step (parallel.host_to_global) on a loader batch."""
   import jax  # pylint: disable=g-import-not-at-top
   from jax.sharding import PartitionSpec  # pylint: disable=g-import-not-at-top
-  from bert_jax import parallel  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import parallel  # pylint: disable=g-import-not-at-top
   cfg, prepared = tiny
   batch = next(loader.make_train_iterator(cfg, prepared, 16, shard_index=0, shard_count=1))
   mesh = parallel.create_mesh((4, 2, 1), jax.devices())
@@ -186,7 +186,7 @@ def test_host_to_global_shards_the_batch_dimension(tiny):
 
 def test_checkpointer_saves_and_restores_the_iterator(tiny, tmp_path):
   """The loop's checkpoints (checkpoint.Checkpointer) carry the iterator's position."""
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   cfg, prepared = tiny
   make = lambda: loader.make_train_iterator(cfg, prepared, 8, shard_index=0, shard_count=1)
   it = make()

@@ -8,7 +8,7 @@ import tempfile
 from hypothesis import example, given, strategies as st
 from tokenizers import Tokenizer
 
-from bert_jax import pretrained
+from bert_jax.checkpoint import pretrained
 from bert_jax.data.tokenizer import SPECIAL_TOKENS, load_tokenizer
 from tests.fuzz.strategies import FUZZ, file_bytes, json_values, write
 

@@ -53,7 +53,7 @@ def test_save_with_tokenizer_writes_vocab_and_json(tmp_path):
   hf_save.save_hf_bert(str(tmp_path), cfg, params, tokenizer_or_vocab=tok)
   assert (tmp_path / "vocab.txt").read_text() == open(os.path.join(TINY, "vocab.txt")).read()
   assert json.load(open(tmp_path / "tokenizer_config.json"))["do_lower_case"] is True
-  from bert_jax import pretrained
+  from bert_jax.checkpoint import pretrained
   _, _, loaded = pretrained.load_encoder(str(tmp_path))
   assert loaded.encode("the cat sat").ids == tok.encode("the cat sat").ids == [2, 75, 77, 79, 3]
 

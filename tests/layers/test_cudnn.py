@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax._src.cudnn import fused_attention_stablehlo as fused
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.layers import attention as A
 from bert_jax.layers import cudnn
 from bert_jax.layers.config import TransformerConfig

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.layers import attention as A
 from bert_jax.layers.config import TransformerConfig
 

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint
+from bert_jax.checkpoint import manager as checkpoint
 from bert_jax.layers.config import TransformerConfig, pad_rows
 from bert_jax.models.bert import BertForPreTraining
 from bert_jax.models.gpt import GPT

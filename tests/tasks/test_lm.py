@@ -165,7 +165,7 @@ def test_a_real_train_step_through_the_loop(tmp_path, configs_gpt_path):
 def test_the_preparation_command_builds_gpt_documents_on_beam(tmp_path, configs_gpt_path):
   """`python -m bert_jax.prepare` on an lm config: the documents stage on Beam, the
   BPE and token streams in process; the same documents as the in-process path."""
-  from bert_jax.data import beam_util  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.beam import util as beam_util  # pylint: disable=g-import-not-at-top
   c = _lm_config(tmp_path, validation_fraction=0.2)
   (beam_built,) = registry.prepare_data(
       c, beam=beam_util.BeamRun("DirectRunner", "--direct_running_mode=in_memory"),
@@ -180,7 +180,7 @@ def test_the_preparation_command_builds_gpt_documents_on_beam(tmp_path, configs_
 def test_init_from_a_bert_workdir_names_its_task(tmp_path, configs_gpt_path):
   """Was 'checkpoint ... does not fit this model:' and 40 lines of missing decoder arrays."""
   import dataclasses  # pylint: disable=g-import-not-at-top
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   del configs_gpt_path
   bert = tmp_path / "bert"
   ck = checkpoint.Checkpointer(str(bert / "checkpoints"), async_save=False)
@@ -195,7 +195,7 @@ def test_init_from_a_bert_workdir_names_its_task(tmp_path, configs_gpt_path):
       f"config.init_from {bert} holds a 'bert_pretraining' checkpoint, not a GPT: give a GPT "
       "workdir (task lm) or a Hugging Face GPT-2 directory.")
   # The translation task's init_from takes the same check (checkpoint.load_task_params).
-  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as ckpt_lib  # pylint: disable=g-import-not-at-top
   with pytest.raises(ValueError) as info:
     ckpt_lib.load_task_params(str(bert), "translation", "a translation", "")
   assert str(info.value) == (

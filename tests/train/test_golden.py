@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.train import loop, optim, steps
 from tests import tolerance
 from tests.train import golden_cases

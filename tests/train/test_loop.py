@@ -14,8 +14,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import parallel
+from bert_jax.checkpoint import manager as ckpt_lib
+from bert_jax.runtime import parallel
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.tasks import registry
 from bert_jax.train import loop, optim, preemption

@@ -24,7 +24,7 @@ import re
 
 import pytest
 
-from bert_jax import checkpoint as ckpt_lib
+from bert_jax.checkpoint import manager as ckpt_lib
 from bert_jax.tasks import registry
 from bert_jax.train import loop
 from scripts import multihost

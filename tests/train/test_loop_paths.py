@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint as ckpt_lib
+from bert_jax.checkpoint import manager as ckpt_lib
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.tasks import registry
 from bert_jax.train import loop, optim, steps

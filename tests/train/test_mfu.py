@@ -2,7 +2,7 @@
 chips.py's device_kind lookup (one table for both)."""
 import pytest
 
-from bert_jax import chips
+from bert_jax.hardware import chips
 from bert_jax.train import mfu
 
 

@@ -9,7 +9,7 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from bert_jax import parallel
+from bert_jax.runtime import parallel
 from bert_jax.tasks.pretraining import PretrainingTask
 from bert_jax.train import optim, steps
 from bert_jax.train.loop import create_sharded_state, jit_steps

@@ -3,7 +3,7 @@ import dataclasses
 import json
 import os
 
-from bert_jax import checkpoint
+from bert_jax.checkpoint import manager as checkpoint
 
 
 def save_workdir(workdir: str, params: dict, model_config, task: str, tokenizer_dir: str,

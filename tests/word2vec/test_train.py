@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import parallel
+from bert_jax.checkpoint import manager as ckpt_lib
+from bert_jax.runtime import parallel
 from bert_jax.word2vec.data import gensim_test_file
 from bert_jax.word2vec import step as step_lib
 from bert_jax.word2vec import train as task

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.data import sampling
 from bert_jax.layers.stacks import unrolled_to_scan
 from bert_jax.tasks.finetune import packing
@@ -52,7 +52,7 @@ def _resolve_encoder(config: ml_collections.ConfigDict):
   With init_from only its config and tokenizer are read here; the weights are read by
   `load_pretrained_params`, which the loop calls only when it does not resume.
   """
-  from bert_jax import pretrained  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import pretrained  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
   path = config.get("init_from") or ""
   vocab = config.data.get("vocab") or ""
@@ -297,7 +297,8 @@ class FinetuneTask:
 
   def load_pretrained_params(self, path: str, template):
     """The template (fresh head) with the pretrained encoder of `path` in place of `bert`."""
-    from bert_jax import checkpoint, pretrained  # pylint: disable=g-import-not-at-top
+    from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
+    from bert_jax.checkpoint import pretrained
     _, params, _ = pretrained.load_encoder(path)
     if self.model_config.scan_layers:
       params = unrolled_to_scan(params)

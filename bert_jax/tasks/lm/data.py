@@ -35,7 +35,7 @@ import grain
 import numpy as np
 import tensorflow_datasets as tfds
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.data import levels, loader, mirror, sampling
 from bert_jax.data import prepare as prepare_lib
 from bert_jax.interop import gpt2
@@ -197,7 +197,7 @@ def _write_streams(tok, documents_dir: str, root: str, tokenizer_path: str, eot_
 
 def prepare(cfg, verbose: bool = True, beam=None, shared: str = "") -> LmData:
   """Builds (or reuses) documents, the BPE and the token streams of `cfg` (config.data);
-  `beam` (a data.beam_util.BeamRun): the documents stage on that Beam runner; `shared`:
+  `beam` (a data.beam.util.BeamRun): the documents stage on that Beam runner; `shared`:
   process 0's shared_tokenizer, used instead of training one here."""
   from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   levels.check_data_dir(cfg.data_dir)

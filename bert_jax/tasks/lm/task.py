@@ -85,7 +85,7 @@ class LmTask:
 
   def load_pretrained_params(self, path: str, template):
     """Params from a Hugging Face GPT-2 directory or one of our checkpoints."""
-    from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+    from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
     from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan  # pylint: disable=g-import-not-at-top
     if os.path.exists(os.path.join(path, "config.json")):
       from bert_jax.interop import gpt2  # pylint: disable=g-import-not-at-top

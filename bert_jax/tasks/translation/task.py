@@ -263,7 +263,7 @@ class TranslationTask:
                                                   + 2 * d * c.vocab_size))
 
   def load_pretrained_params(self, path: str, template):
-    from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+    from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
     params = checkpoint.load_task_params(path, "translation", "a translation", "")
     params = checkpoint.pad_vocab_rows(params, template)
     checkpoint.check_compatible(params, template, path)

@@ -44,7 +44,8 @@ def csv_files(tmp_path):
 
 def _count_param_reads(monkeypatch) -> list:
   """The paths whose weights (not only config/tokenizer) are read from now on."""
-  from bert_jax import checkpoint, pretrained  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import pretrained
   reads = []
   load_encoder, load_ckpt = pretrained.load_encoder, checkpoint.load_params_for_inference
 
@@ -151,7 +152,7 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path,
     assert r["label"] in ("neg", "pos")
     assert abs(sum(r["probabilities"].values()) - 1.0) < 1e-5
   # A config whose head differs from the trained one is named, not silently applied.
-  from bert_jax.checkpoint import CheckpointMismatchError  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint.manager import CheckpointMismatchError  # pylint: disable=g-import-not-at-top
   c.pooling = "mean"
   with pytest.raises(CheckpointMismatchError, match="unexpected in checkpoint.*pooler"):
     registry.run(c, str(tmp_path))

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint
+from bert_jax.checkpoint import manager as checkpoint
 from bert_jax.tasks import registry
 from bert_jax.tasks.finetune import predict
 from bert_jax.tasks.finetune.squad import data

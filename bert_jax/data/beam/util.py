@@ -33,12 +33,12 @@ class BeamRun:
     The workers write every level's array_record shards where data_dir says. With a
     gs:// data_dir (any runner) each worker writes its shards to a local temporary file
     and uploads them into the bucket, and reads the documents from copies of their files
-    (data/beam_remote.py); the launcher writes only the metadata, each level's marker
+    (data/beam/remote.py); the launcher writes only the metadata, each level's marker
     last. A local data_dir is this machine's disk: DirectRunner's workers share it;
     Flink / Spark / Portable workers need it mounted on every worker and here (NFS,
     Filestore, gcsfuse); Dataflow workers cannot have it, so DataflowRunner needs gs://.
     """
-    from bert_jax import paths  # pylint: disable=g-import-not-at-top
+    from bert_jax.runtime import paths  # pylint: disable=g-import-not-at-top
     if self.runner == "DataflowRunner" and not paths.is_remote(data_dir):
       raise ValueError(
           f"--beam_runner=DataflowRunner with data.data_dir={data_dir}: Dataflow workers "

@@ -19,7 +19,7 @@ import collections
 
 import tensorflow_datasets as tfds
 
-from bert_jax.data import beam_remote
+from bert_jax.data.beam import remote as beam_remote
 from bert_jax.data import instances_builder
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import wordpiece
@@ -43,7 +43,7 @@ def train_and_save(counts, path: str, vocab_size: int, lowercase: bool) -> None:
 
 def build_in_process(documents_dir: str, path: str, vocab_size: int, lowercase: bool,
                      fraction: float) -> None:
-  from bert_jax import progress  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import progress  # pylint: disable=g-import-not-at-top
   source = tfds.builder_from_directory(documents_dir).as_data_source(split="train")
   texts = progress.bar(sampled_texts(source, fraction), desc="vocab: documents", unit="doc")
   train_and_save(wordpiece.count_words(texts, lowercase), path, vocab_size, lowercase)

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 
-from bert_jax import checkpoint
-from bert_jax import paths
+from bert_jax.checkpoint import manager as checkpoint
+from bert_jax.runtime import paths
 from bert_jax.interop import hf_config
 from bert_jax.interop import hf_layout as layout
 from bert_jax.interop import hf_load
@@ -105,7 +105,7 @@ def has_tokenizer(path: str) -> bool:
 
 
 def is_our_checkpoint(path: str) -> bool:
-  """A workdir, its checkpoints/ dir or a step dir of bert_jax.checkpoint's layout."""
+  """A workdir, its checkpoints/ dir or a step dir of bert_jax.checkpoint.manager's layout."""
   where = paths.resolve(path)
   if not where.is_dir():
     return False

@@ -33,10 +33,12 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
 
-from bert_jax import data_checkpoint, multihost, paths
+from bert_jax.checkpoint import data_state as data_checkpoint
+from bert_jax.runtime import multihost
+from bert_jax.runtime import paths
 # Reading without a run lives in checkpoint_read; its public names are re-exported here,
 # where the CLIs and tasks have always called them (checkpoint.load_params_for_inference).
-from bert_jax.checkpoint_read import (  # pylint: disable=unused-import
+from bert_jax.checkpoint.read import (  # pylint: disable=unused-import
     _best_fn, _item_handlers, checkpoint_steps, load_params_for_inference, load_task_params,
     newest_meta, read_meta, select_step)
 

@@ -26,7 +26,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from bert_jax import cli, compile_cache
+from bert_jax import cli
+from bert_jax.runtime import compile_cache
 
 EOT = "<|endoftext|>"
 
@@ -98,7 +99,7 @@ def load_model(checkpoint: str, tokenizer_path: Optional[str] = None):
       config, params = gpt2.load_gpt2(checkpoint)
       tok_dir = checkpoint
     else:
-      from bert_jax import checkpoint as ckpt  # pylint: disable=g-import-not-at-top
+      from bert_jax.checkpoint import manager as ckpt  # pylint: disable=g-import-not-at-top
       config, params, tok_dir = ckpt.load_params_for_inference(checkpoint)
       if "decoder" not in params or "token_embedder" not in params or not config.pre_ln:
         raise ValueError("it holds no GPT (is it a BERT / fine-tuning checkpoint?)")

@@ -14,7 +14,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bert_jax import data_checkpoint, paths
+from bert_jax.checkpoint import data_state as data_checkpoint
+from bert_jax.runtime import paths
 
 
 def _item_handlers(state_handler=None) -> dict:

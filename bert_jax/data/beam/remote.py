@@ -40,7 +40,7 @@ import tempfile
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import writer as tfds_writer
 
-from bert_jax import paths
+from bert_jax.runtime import paths
 from bert_jax.data import mirror
 
 

@@ -25,7 +25,9 @@ from typing import Optional, Sequence
 import jax
 import numpy as np
 
-from bert_jax import cli, compile_cache, jsonl
+from bert_jax import cli
+from bert_jax.runtime import compile_cache
+from bert_jax.runtime import jsonl
 from bert_jax.data import buckets
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertForPreTraining

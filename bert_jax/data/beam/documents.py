@@ -5,7 +5,7 @@ split by the same hash), so the two outputs hold the same records in the same or
 everything downstream reads either. Each split's `_generate_examples` is a PTransform:
 the corpus sources (one per text file, the embedded files, ranges of a tfds split) are
 spread over workers by a Reshuffle, each read once and sentence-split where it lands
-(text files and tfds datasets on gs:// too: data/beam_remote.py), then partitioned into
+(text files and tfds datasets on gs:// too: data/beam/remote.py), then partitioned into
 the splits. Bad
 input (undecodable bytes, over-long lines, empty documents or files) is counted into
 Beam counters, which become the build's stats (corpus_stats.json), as in process.
@@ -16,9 +16,9 @@ import os
 
 import tensorflow_datasets as tfds
 
-from bert_jax import paths
-from bert_jax.data import beam_remote
-from bert_jax.data import beam_util
+from bert_jax.runtime import paths
+from bert_jax.data.beam import remote as beam_remote
+from bert_jax.data.beam import util as beam_util
 from bert_jax.data import corpora
 from bert_jax.data import documents_builder
 from bert_jax.data import text_cleaning

@@ -21,7 +21,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax import cli, compile_cache
+from bert_jax import cli
+from bert_jax.runtime import compile_cache
 
 FLAGS = flags.FLAGS
 
@@ -52,7 +53,7 @@ class TranslateError(Exception):
 
 def checkpoint_dir(workdir: str, which: str) -> str:
   """workdir/checkpoints/<step> for `which` (best | latest | a step number)."""
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   directory, steps = checkpoint.checkpoint_steps(workdir)
   if not steps:
     raise TranslateError(f"no checkpoint in {directory}: train one first with "
@@ -72,7 +73,7 @@ def checkpoint_dir(workdir: str, which: str) -> str:
 def load(workdir: str, which: str = "best", matmul_dtype: str | None = None):
   """(TranslationTask, params, step dir) of a workdir's checkpoint; `matmul_dtype`
   overrides the model's (config.model.matmul_dtype), e.g. "bfloat16" to decode faster."""
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks.translation.task import TranslationTask  # pylint: disable=g-import-not-at-top
   step_dir = checkpoint_dir(workdir, which)
   meta = checkpoint.read_meta(step_dir)
@@ -167,7 +168,7 @@ def score(texts: list[str], reference_path: str) -> str:
 def entry():
   """The `bert-jax-translate` console script (and `python -m bert_jax.translate`)."""
   _define_flags()
-  from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main)
 

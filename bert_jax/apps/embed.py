@@ -38,7 +38,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import cli, compile_cache, paths
+from bert_jax import cli
+from bert_jax.runtime import compile_cache
+from bert_jax.runtime import paths
 from bert_jax.data.packing import first_fit_decreasing
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
@@ -233,9 +235,9 @@ def run_model(config: TransformerConfig, params, ids: Sequence[np.ndarray], *,
   float rounding), while padding is a few percent of the tokens instead of up to half of
   them with one text a row padded to a bucketed length (on 2,000 corpus sentences: 61k
   tokens run instead of 101k). An input runs as passes of at most two shapes.
-  progress_bar: a tqdm bar of passes on stderr (bert_jax/progress.py).
+  progress_bar: a tqdm bar of passes on stderr (bert_jax/runtime/progress.py).
   """
-  from bert_jax import progress  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import progress  # pylint: disable=g-import-not-at-top
   del max_length  # the caller truncated the texts; a row may hold more tokens than that
   if pooling not in POOLINGS:
     raise ValueError(f"pooling={pooling!r}; expected one of {POOLINGS}")
@@ -300,7 +302,7 @@ def _parse_layers(text: str) -> tuple[int, ...]:
 def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="python -m bert_jax.embed", description=__doc__.split("\n")[0],
-      epilog="See the module docstring (bert_jax/embed.py) for the output formats.")
+      epilog="See the module docstring (bert_jax/apps/embed.py) for the output formats.")
   parser.add_argument("--checkpoint", required=True,
                       help="HF BERT directory or bert_jax training checkpoint")
   parser.add_argument("--input", required=True, help="UTF-8 text file, one text per line")
@@ -391,7 +393,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return args
   compile_cache.set_compilation_cache(args.compilation_cache,
                                       compile_cache.INFERENCE_MIN_COMPILE_SECS)
-  from bert_jax.pretrained import load_encoder  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint.pretrained import load_encoder  # pylint: disable=g-import-not-at-top
   try:
     lines = read_lines(args.input)
     try:

@@ -12,7 +12,7 @@ Without --beam_runner the stages run here, as training would run them; with it, 
 pipelines on that runner (documents, vocabulary and instances for BERT; documents for
 `lm`, whose BPE and streams stay in process). Which runners can write which data_dir:
 beam_util.BeamRun.check_data_dir (DataflowRunner needs a gs:// data_dir, whose levels the
-workers write into the bucket: data/beam_remote.py).
+workers write into the bucket: data/beam/remote.py).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from bert_jax.cli import parse_flags
-from bert_jax.data import beam_util
+from bert_jax.data.beam import util as beam_util
 from bert_jax.tasks import registry
 
 FLAGS = flags.FLAGS
@@ -44,7 +44,7 @@ def main(argv):
   if not FLAGS["verbosity"].present:  # library INFO lines (tfds, Beam: one per bundle)
     logging.set_verbosity(logging.WARNING)
     std_logging.getLogger("apache_beam").setLevel(std_logging.WARNING)
-  from bert_jax import paths  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import paths  # pylint: disable=g-import-not-at-top
   try:
     beam = beam_util.BeamRun(FLAGS.beam_runner, FLAGS.beam_options) if FLAGS.beam_runner else None
     if FLAGS.beam_options and not beam:
@@ -58,7 +58,7 @@ def main(argv):
 
 def entry():
   """`bert-jax-prepare` / `python -m bert_jax.prepare`: prepare, train nothing."""
-  from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main, flags_parser=parse_flags)
 

@@ -26,7 +26,9 @@ import sys
 from absl import app, flags
 import ml_collections
 
-from bert_jax import checkpoint, cli, paths
+from bert_jax import cli
+from bert_jax.checkpoint import manager as checkpoint
+from bert_jax.runtime import paths
 
 FLAGS = flags.FLAGS
 
@@ -199,7 +201,7 @@ def main(argv):
 def entry():
   """Console script `bert-jax-export` (and `python -m bert_jax.export`)."""
   _define_flags()
-  from bert_jax import flag_help  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main)
 

@@ -33,9 +33,9 @@ import tensorflow_datasets as tfds
 from etils import epath
 from tensorflow_datasets.core import example_serializer
 
-from bert_jax import paths
-from bert_jax.data import beam_remote
-from bert_jax.data import beam_util
+from bert_jax.runtime import paths
+from bert_jax.data.beam import remote as beam_remote
+from bert_jax.data.beam import util as beam_util
 from bert_jax.data import instances
 from bert_jax.data import instances_builder
 
