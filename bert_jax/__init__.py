@@ -8,21 +8,16 @@ The Python API (bert_jax/api.py), imported on first use so `import bert_jax` sta
   vectors = model.encode(["The cat sat on the mat."])   # [1, 384] float32
 
 The CLIs are `python -m bert_jax.<cli>` or, installed, the bert-jax-* console scripts
-(pyproject.toml [project.scripts]).
+(pyproject.toml [project.scripts]). Importing bert_jax changes nothing in the process:
+the entry points call bert_jax.hardware.configure() themselves.
 """
 import os as _os
-
-from bert_jax.hardware import platforms as _platforms
 
 __all__ = ["load", "Model"]
 
 # The user commands live in bert_jax/apps/ and keep their names: `python -m bert_jax.embed`,
 # `from bert_jax import export`. The package looks for its submodules there too.
 __path__.append(_os.path.join(__path__[0], "apps"))
-
-# Before jax starts a backend: no TPU attempt (and its multi-line libtpu error) on a
-# machine without accelerators; a TPU VM or a GPU machine is left as jax has it.
-_platforms.cpu_without_accelerator()
 
 
 def __getattr__(name):

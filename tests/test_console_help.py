@@ -42,7 +42,13 @@ def test_every_console_script_is_checked():
 
 
 def _source(module: str) -> str:
-  with open(os.path.join(ROOT, *module.split(".")) + ".py", encoding="utf-8") as f:
+  """The file of a dotted module; bert_jax.<name> may be a command in bert_jax/apps/ (the
+  package's __path__ includes it)."""
+  path = os.path.join(ROOT, *module.split(".")) + ".py"
+  parts = module.split(".")
+  if not os.path.isfile(path) and len(parts) == 2 and parts[0] == "bert_jax":
+    path = os.path.join(ROOT, "bert_jax", "apps", parts[1] + ".py")
+  with open(path, encoding="utf-8") as f:
     return f.read()
 
 

@@ -3,7 +3,9 @@
 Every `import` / `from ... import` of a bert_jax module counts, also those inside
 functions (a lazy import is still a dependency, only a later one). The rooms (top-level
 packages and modules of bert_jax) are ordered in LAYERS, lowest first, after
-ARCHITECTURE.md's layout: building blocks, then models, data and checkpoints, the shared
+ARCHITECTURE.md's layout: building blocks, then models, data, the Hugging Face interop,
+checkpoints (pretrained loading reads HF directories), the library that puts a trained
+model to use (inference/: the commands, the pictures and the API all call it), the shared
 loop, the tasks, the configs, and the user CLIs on top. A room may import its own layer
 or any lower one, never a higher one; the rooms of one layer may use each other as long
 as no circle forms (checked on rooms and on modules). A new room must be placed here.
@@ -18,12 +20,14 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
                        "bert_jax")
 
 LAYERS = (
-    ("runtime", "hardware"),                     # no model; runtime: mesh, hosts, paths
+    ("runtime",),                                # no model: mesh, hosts, paths, CLI help
     ("kernels",),                                # fused attention behind one dispatch
     ("layers",),
-    ("models",),
-    ("data", "checkpoint", "decoding"),
+    ("models", "hardware"),                      # hardware: chips, and the CPU tuning of layers
+    ("data", "decoding"),
     ("interop",),                                # HF checkpoints <-> our trees
+    ("checkpoint",),                             # orbax, and init_from: HF dirs via interop
+    ("inference",),                              # a trained model used: load, encode, fill
     ("train",),                                  # the shared loop: never imports tasks/
     ("tasks", "word2vec"),                       # what is trained (word2vec: own trainer)
     ("configs",),                                # config files name tasks' tables
@@ -165,7 +169,8 @@ def test_scan_sees_lazy_relative_and_from_imports(toy):
   assert graph["bert_jax.tasks.registry"] == {"bert_jax.tasks.base", "bert_jax.train.loop"}
   assert graph["bert_jax.tasks.base"] == {"bert_jax.models.bert"}
   assert upward_imports(graph) == [
-      "bert_jax.layers.a (layers, layer 2) imports bert_jax.tasks.registry (tasks, layer 7)"]
+      f"bert_jax.layers.a (layers, layer {LAYER['layers']}) imports bert_jax.tasks.registry "
+      f"(tasks, layer {LAYER['tasks']})"]
   assert find_cycle(graph) is None
 
 

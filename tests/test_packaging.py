@@ -79,14 +79,24 @@ def _cli_modules() -> set:
         tree = ast.parse(f.read())
       if any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body):
         module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
-        found.add(module)
+        found.add(module.replace("bert_jax.apps.", "bert_jax.", 1))  # imported as bert_jax.<name>
   return found
+
+
+def _module_file(module: str) -> str:
+  """The file of a dotted module; bert_jax.<name> may be a command in bert_jax/apps/ (the
+  package's __path__ includes it)."""
+  path = os.path.join(ROOT, *module.split(".")) + ".py"
+  parts = module.split(".")
+  if not os.path.isfile(path) and len(parts) == 2 and parts[0] == "bert_jax":
+    path = os.path.join(ROOT, "bert_jax", "apps", parts[1] + ".py")
+  return path
 
 
 def _top_level_functions(module: str) -> set:
   # Read, not imported: the absl CLIs define global flags (main's and translate's
   # --workdir) that cannot be defined twice in one process. tests/test_wheel.py runs them.
-  with open(os.path.join(ROOT, *module.split(".")) + ".py", encoding="utf-8") as f:
+  with open(_module_file(module), encoding="utf-8") as f:
     return {n.name for n in ast.parse(f.read()).body if isinstance(n, ast.FunctionDef)}
 
 

@@ -78,13 +78,28 @@ def test_entry_points_print_no_libtpu_noise():
   # The noise is real here: jax alone prints it (else this test could not fail).
   bare = _python("-c", "import jax; jax.devices()")
   assert bare.returncode == 0 and "unexpected worker hostname" in bare.stderr, bare.stderr
-  # A CLI that starts jax, and jax imported before bert_jax (as bench scripts do).
+  # A CLI that starts jax, and jax imported before bert_jax's explicit configure (as
+  # bench scripts do).
   cli = _python("-m", "bert_jax.fill_mask", "--checkpoint", TINY, "--text", "the [MASK] sat .")
   assert cli.returncode == 0 and "[MASK]" in cli.stdout, cli.stderr
-  first = _python("-c", "import jax, bert_jax; print(jax.devices()[0].platform)")
+  first = _python("-c", "import jax, bert_jax.hardware as h; h.configure(); "
+                  "print(jax.devices()[0].platform)")
   assert first.stdout.strip() == "cpu", first.stderr
   for proc in (cli, first):
     assert not [n for n in NOISE if n in proc.stderr], proc.stderr
+
+
+def test_importing_bert_jax_changes_no_process_state():
+  """No environment variable, jax config or lowering rule changes on import: only the
+  entry points' hardware.configure() settles the platform."""
+  probe = ("import os, jax; env = dict(os.environ); platforms = jax.config.jax_platforms; "
+           "import bert_jax, bert_jax.models.bert, bert_jax.train.loop, bert_jax.api, "
+           "bert_jax.aot.check, bert_jax.runtime.paths, "
+           "bert_jax.layers.dense as d; "
+           "print(dict(os.environ) == env, jax.config.jax_platforms == platforms, "
+           "d._GRAD_2D == [])")
+  proc = _python("-c", probe)
+  assert proc.returncode == 0 and proc.stdout.split() == ["True", "True", "True"], proc.stderr
 
 
 def test_tpu_chips_are_the_google_pci_devices_and_tpu_device_files(tmp_path):

@@ -50,7 +50,7 @@ def test_embed_shows_a_bar_unless_noprogress(tmp_path, monkeypatch):
   stderr = _terminal(monkeypatch)
   lines = tmp_path / "in.txt"
   # Two texts of 52 tokens cannot share a 96-token row, and batch_size 1 gives one row a
-  # pass (embed.plan_passes): a bar of 2 passes.
+  # pass (inference/passes.plan_passes): a bar of 2 passes.
   lines.write_text("the " * 50 + "\n" + "a " * 50 + "\n", encoding="utf-8")
   argv = ["--checkpoint", TINY, "--input", str(lines), "--batch_size", "1"]
   assert embed.main(argv + ["--output", str(tmp_path / "a.npy")]) == 0

@@ -7,8 +7,3 @@ the roofline lower bound of the step time and the collectives. Modules: chips (t
 chip table, topologies), compile (state + steps exactly as train/loop.py builds them),
 hlo (collectives of the compiled HLO), report (the numbers), check (the whole run).
 """
-import os
-
-# libtpu takes an exclusive lock file per machine; compiling never touches a chip, so
-# let several compile-only processes (tests, sweeps) load it side by side.
-os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")

@@ -11,13 +11,16 @@ from typing import Optional, Sequence, Union
 from absl import flags
 
 from bert_jax import configs
+from bert_jax import hardware
 
 
 def parse_flags(argv: Sequence[str]) -> list[str]:
   """absl's parser for a CLI taking --config: the file resolved (configs.resolve), any error
   (a missing file, a bad flag, a misspelled --config.key, an unknown `file.py:arg` or
   anything else the config file's own code raises) one line and exit 2, not a
-  traceback. Pass it to `app.run(main, flags_parser=parse_flags)`."""
+  traceback. Pass it to `app.run(main, flags_parser=parse_flags)`. Like parse_args, it
+  settles the platform first (hardware.configure): every CLI parses before jax starts."""
+  hardware.configure()
   try:
     argv = configs.resolve_argv(argv)
     return flags.FLAGS(argv)
@@ -110,7 +113,9 @@ def parse_args(parser: argparse.ArgumentParser,
                argv: Optional[Sequence[str]]) -> Union[argparse.Namespace, int]:
   """The parsed flags (argv None: sys.argv[1:]), or the exit status argparse asked for
   after printing usage and the error (2) or the help (0), for a `main` that returns it
-  instead of exiting (the CLIs are also called from Python and from tests)."""
+  instead of exiting (the CLIs are also called from Python and from tests). The
+  platform is settled first (hardware.configure), as parse_flags does."""
+  hardware.configure()
   try:
     return parser.parse_args(sys.argv[1:] if argv is None else argv)
   except SystemExit as e:

@@ -27,7 +27,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax import cli
-from bert_jax.visualize.loader import InputError
+from bert_jax.inference.loader import InputError
 
 # What `make demo` fills (held out from the embedded corpus; the default of --text).
 DEMO_TEXTS = ("the prime minister said the [MASK] would be announced today .",
@@ -125,7 +125,7 @@ def is_held_out(text: str, counts: Counts) -> bool:
 def load_run(workdir: str):
   """(PretrainingTask with its data prepared, params, run config) of a pretraining workdir."""
   from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
-  from bert_jax.layers.stacks import scan_to_unrolled, unrolled_to_scan  # pylint: disable=g-import-not-at-top
+  from bert_jax.layers.scan_layout import scan_to_unrolled, unrolled_to_scan  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks.pretraining import PretrainingTask  # pylint: disable=g-import-not-at-top
   try:
     _, params, _, meta = checkpoint.load_params_for_inference(workdir, return_meta=True)
@@ -145,8 +145,8 @@ def report(workdir: str, texts: Sequence[str], top_k: int = 5, out=None) -> dict
   """Prints (a) and (b) (module docstring) to `out` (default: sys.stdout); returns the
   numbers."""
   out = sys.stdout if out is None else out
-  from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
-  from bert_jax.visualize import loader  # pylint: disable=g-import-not-at-top
+  from bert_jax import fill_mask as fill_mask_cli  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import fill_mask, loader  # pylint: disable=g-import-not-at-top
   task, params, config = load_run(workdir)
   prepared = next(iter(task._prepared.values()))  # pylint: disable=protected-access
   tokenizer = prepared.tokenizer()
@@ -176,7 +176,7 @@ def report(workdir: str, texts: Sequence[str], top_k: int = 5, out=None) -> dict
     fills.append(masks)
     held = "held out" if is_held_out(text, counts) else "IN THE TRAINING DOCUMENTS"
     p(f"\n{text}   ({held})")
-    p("\n".join(fill_mask.mask_lines(masks, " model")))
+    p("\n".join(fill_mask_cli.mask_lines(masks, " model")))
     p(f"  unigram prior: {prior_line}")
   return {"accuracy": acc, "fills": fills, "most_frequent": mf}
 
@@ -196,9 +196,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = cli.parse_args(build_parser(), argv)
   if isinstance(args, int):
     return args
-  from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
+  from bert_jax import fill_mask as fill_mask_cli  # pylint: disable=g-import-not-at-top
   try:
-    fill_mask.check_top_k(args.top_k)
+    fill_mask_cli.check_top_k(args.top_k)
     report(args.workdir, args.text or DEMO_TEXTS, args.top_k)
   except InputError as e:
     print(f"demo_report: error: {e}", file=sys.stderr)

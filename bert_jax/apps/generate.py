@@ -103,7 +103,7 @@ def load_model(checkpoint: str, tokenizer_path: Optional[str] = None):
       config, params, tok_dir = ckpt.load_params_for_inference(checkpoint)
       if "decoder" not in params or "token_embedder" not in params or not config.pre_ln:
         raise ValueError("it holds no GPT (is it a BERT / fine-tuning checkpoint?)")
-      from bert_jax.layers.stacks import scan_to_unrolled  # pylint: disable=g-import-not-at-top
+      from bert_jax.layers.scan_layout import scan_to_unrolled  # pylint: disable=g-import-not-at-top
       params = scan_to_unrolled(params)
       config = config.replace(scan_layers=False)
   except Exception as e:  # pylint: disable=broad-except  (any unreadable checkpoint)

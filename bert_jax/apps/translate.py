@@ -167,6 +167,8 @@ def score(texts: list[str], reference_path: str) -> str:
 
 def entry():
   """The `bert-jax-translate` console script (and `python -m bert_jax.translate`)."""
+  from bert_jax import hardware  # pylint: disable=g-import-not-at-top
+  hardware.configure()  # before jax starts a backend
   _define_flags()
   from bert_jax.runtime import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too

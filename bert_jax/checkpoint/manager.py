@@ -331,7 +331,7 @@ def pad_vocab_rows(params, template):
   """params whose vocabulary tables have fewer rows than `template`'s (an HF model, or one
   of our checkpoints saved unpadded) with zero rows appended to the template's count
   (layers/config.pad_rows). Anything else is left for check_compatible to judge."""
-  from bert_jax.layers.config import pad_rows  # pylint: disable=g-import-not-at-top
+  from bert_jax.layers.embedding import pad_rows  # pylint: disable=g-import-not-at-top
   want = _shapes(_as_plain(template))
 
   def pad(path, leaf):

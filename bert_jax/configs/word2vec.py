@@ -67,7 +67,7 @@ def get_config(arg=None):
   c.train.keep_checkpoints = 3
   c.train.async_checkpoints = True
   # CPU only: one XLA thread, the other cores build batches (see
-  # word2vec/train.start_cpu_backend_single_threaded).
+  # hardware/cpu_threads.start_cpu_backend_single_threaded).
   c.train.single_thread_xla_cpu = True
 
   c.eval = ml_collections.ConfigDict()

@@ -123,9 +123,13 @@ def drop_cpu_only_xla_flags() -> list[str]:
 
 def topology_devices(name: str):
   """(chip, compile-only devices of the slice): needs the libtpu wheel, not a TPU."""
+  import os  # pylint: disable=g-import-not-at-top
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   chip, topology = parse_topology(name)
   drop_cpu_only_xla_flags()
+  # libtpu takes an exclusive lock file per machine; compiling never touches a chip, so
+  # several compile-only processes (tests, sweeps) may load it side by side.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   kwargs = {"chip_config_name": "megacore"} if chip.name == "v4" else {}
   try:
     desc = topologies.get_topology_desc(topology_name=topology, platform="tpu", **kwargs)

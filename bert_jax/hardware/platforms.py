@@ -6,8 +6,8 @@ in every process, and on a machine without a TPU that attempt finds nothing but 
 multi-line `INVALID_ARGUMENT: Error: unexpected worker hostname 'WARNING: could not
 determine TPU worker hostnames ...'` block on every run. So when nothing suggests an
 accelerator, JAX_PLATFORMS=cpu is set before jax starts its backends: jax would end on
-the CPU anyway, now without the attempt. bert_jax/__init__.py does it, so every entry
-point (the CLIs, `python -m`, the API, bench scripts, worker processes) gets it first.
+the CPU anyway, now without the attempt. hardware.configure() does it: every entry point
+(the CLIs, `python -m`, bert_jax.load) calls it first; importing bert_jax does not.
 
 What counts as a sign of an accelerator, each leaving everything as jax has it:
   - JAX_PLATFORMS, JAX_FORCE_TPU_INIT or a TPU topology variable in the environment (a
@@ -82,3 +82,13 @@ def cpu_without_accelerator(root: str = "/", environ=None) -> bool:
     if not xla_bridge.backends_are_initialized() and not jax.config.jax_platforms:
       jax.config.update("jax_platforms", "cpu")
   return True
+
+
+def cpu_backend(root: str = "/", environ=None) -> bool:
+  """Whether jax will run on its CPU backend here: JAX_PLATFORMS names cpu first, or it
+  is unset and nothing suggests an accelerator."""
+  environ = os.environ if environ is None else environ
+  chosen = environ.get("JAX_PLATFORMS", "")
+  if chosen:
+    return chosen.split(",")[0].strip() == "cpu"
+  return not accelerator_signs(root, environ)

@@ -1,5 +1,9 @@
-"""Attention: additive and multi-head; the masks (layers/masks.py) and the scaled
-dot-product with its per-platform kernels (layers/dot_product.py) are re-exported here.
+"""Multi-head attention (Vaswani et al. 2017, Sec. 3.2.2) with a KV cache for decoding.
+
+The scaled dot-product itself is kernels.attention: one call, which picks the fused
+kernel of the platform (splash on TPU, cuDNN on GPU) or the plain path, and whose
+written-out reference is the semantics. The masks it takes (padding, causal, segment ids
+for packed rows) are built with kernels/masks.py.
 
 Conventions: queries/keys/values are [batch, length, heads, head_dim]; boolean masks
 are True where attention is allowed and broadcast to [batch, heads, q_len, kv_len];
@@ -14,54 +18,18 @@ import jax
 import jax.numpy as jnp
 from jax.ad_checkpoint import checkpoint_name
 
-from bert_jax.runtime import parallel
-from bert_jax.layers import positional
-from bert_jax.layers.config import TransformerConfig
+from bert_jax import kernels
 from bert_jax.layers import dense as dense_lib
-from bert_jax.layers import splash as splash_lib
-# Re-exported: models, tests and the pictures import these names from here.
-from bert_jax.layers.dot_product import (  # noqa: F401
-    KEY_VALUE, QUERY, SCORES, describe_path, dot_product_attention, reference_attention,
-    runs_cudnn, runs_splash)
-from bert_jax.layers.masks import (  # noqa: F401
-    MASK_VALUE, SegmentMask, add_causal, as_dense, attention_mask, causal_mask,
-    combine_masks, padding_mask, row_mask, segment_mask)
-
-_MASK_VALUE = MASK_VALUE
+from bert_jax.layers import rotary
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.runtime import sharding
 
 Array = jax.Array
 
-# --------------------------------------------------------------------- additive attention
-class AdditiveAttention(nn.Module):
-  """Bahdanau et al. (2015): score(q, k) = v_a^T tanh(W_a [k; q]).
-
-  W_a acts on the concatenation [k; q]; it is stored as one kernel [d_k + d_q, units]
-  and applied as k W_a[:d_k] + q W_a[d_k:], which is the same product without
-  materializing the [batch, q_len, kv_len, d_k + d_q] concatenation.
-  """
-  units: int
-  dtype: str = "float32"
-
-  @nn.compact
-  def __call__(self, query: Array, keys: Array, values: Array, mask: Array | None = None):
-    """query [batch, q_len, d_q], keys [batch, kv_len, d_k], values [batch, kv_len, d_v],
-    mask [batch, q_len, kv_len] bool. Returns (context [batch, q_len, d_v],
-    weights [batch, q_len, kv_len])."""
-    d_k, d_q = keys.shape[-1], query.shape[-1]
-    w_a = self.param("W_a", nn.with_logical_partitioning(
-        nn.initializers.xavier_uniform(), ("embed", "mlp")), (d_k + d_q, self.units))
-    v_a = self.param("v_a", nn.with_logical_partitioning(
-        nn.initializers.normal(self.units ** -0.5), ("mlp",)), (self.units,))
-    dtype = jnp.dtype(self.dtype)
-    k_proj = keys.astype(dtype) @ w_a[:d_k].astype(dtype)    # [batch, kv_len, units]
-    q_proj = query.astype(dtype) @ w_a[d_k:].astype(dtype)   # [batch, q_len, units]
-    hidden = jnp.tanh(q_proj[:, :, None, :] + k_proj[:, None, :, :])  # [b, q, kv, units]
-    scores = (hidden @ v_a.astype(dtype)).astype(jnp.float32)  # [batch, q_len, kv_len]
-    if mask is not None:
-      scores = jnp.where(mask, scores, MASK_VALUE)
-    weights = jax.nn.softmax(scores, axis=-1)
-    context = jnp.einsum("bqk,bkd->bqd", weights.astype(dtype), values.astype(dtype))
-    return context, weights
+# Logical names of the activations, pinned under a mesh (sharding.constrain): heads over
+# `tensor` (as the projection kernels are), rows over the data axes.
+QUERY = ("batch", "length", "heads", "kv")                   # [batch, q_len, heads, d]
+KEY_VALUE = ("batch", "kv_length", "heads", "kv")            # [batch, kv_len, heads, d]
 
 
 # -------------------------------------------------------------------- multi-head attention
@@ -104,7 +72,7 @@ class MultiHeadAttention(nn.Module):
         dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
         dot_general=dot_general, kernel_init=cfg.kernel_init("embed", "heads", "kv"),
         bias_init=cfg.zeros_init("heads", "kv"))
-    query = parallel.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
+    query = sharding.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
     query = _saveable(query, "query_proj", flat)  # remat policies save by name (stacks.py)
     if cfg.decode and not self_attention and self.has_variable("cache", "cross_key"):
       # Decoding: the encoder side is fixed, so its keys/values were projected once.
@@ -118,8 +86,8 @@ class MultiHeadAttention(nn.Module):
       if inputs_kv is None:
         raise ValueError("cross-attention needs inputs_kv (the encoder output) until its "
                          "keys/values are in the decode cache.")
-      key = parallel.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
-      value = parallel.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
+      key = sharding.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
+      value = sharding.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
       key, value = _saveable(key, "key_proj", flat), _saveable(value, "value_proj", flat)
       if cfg.decode and not self_attention and self.is_mutable_collection("cache"):
         self.put_variable("cache", "cross_key", _to_cache(key).astype(cfg.attention_dtype))
@@ -132,33 +100,28 @@ class MultiHeadAttention(nn.Module):
       kv_positions = positions if (self_attention and kv_positions is None) else kv_positions
       if kv_positions is None:
         kv_positions = jnp.arange(inputs_kv.shape[1])[None]
-      query = positional.apply_rotary(query, positions, cfg.rotary_base)
-      key = positional.apply_rotary(key, kv_positions, cfg.rotary_base)
+      query = rotary.apply_rotary(query, positions, cfg.rotary_base)
+      key = rotary.apply_rotary(key, kv_positions, cfg.rotary_base)
 
     impl = cfg.attention_impl
     if cfg.decode:  # a few queries against the cache: splash's blocks do not apply
-      mask = as_dense(mask, query.shape[1], key.shape[1])
+      mask = kernels.as_dense(mask, query.shape[1], key.shape[1])
       impl = "xla" if impl in ("auto", "splash") else impl
     if cfg.decode and self_attention:
       key, value, mask = self._update_cache(key, value, mask)
       if bias is not None and bias.shape[-1] > key.shape[1]:
         bias = bias[..., :key.shape[1]]  # a relative bias built for max_len keys
 
-    use_weights = return_weights or cfg.attention_impl == "reference"
     dropout_rng = None
     if not cfg.deterministic and cfg.attention_dropout_rate > 0.0:
       dropout_rng = self.make_rng("dropout")
-    if use_weights:
-      out, weights = reference_attention(
-          query, key, value, bias, mask, dropout_rng, cfg.attention_dropout_rate,
-          cfg.deterministic, cfg.compute_dtype)
-      if return_weights:
-        self.sow("intermediates", "attention_weights", weights)
-    else:
-      out = dot_product_attention(
-          query, key, value, bias, mask, dropout_rng, cfg.attention_dropout_rate,
-          cfg.deterministic, cfg.attention_dtype, impl)
-    out = parallel.constrain(out, QUERY)
+    out = kernels.attention(
+        query, key, value, bias, mask, dropout_rng, cfg.attention_dropout_rate,
+        cfg.deterministic, cfg.attention_dtype, impl, return_weights)
+    if return_weights:
+      out, weights = out
+      self.sow("intermediates", "attention_weights", weights)
+    out = sharding.constrain(out, QUERY)
     # out: [batch, q_len, heads, d_v] -> W^O -> [batch, q_len, d_model]
     out = nn.DenseGeneral(
         features=inputs_q.shape[-1], axis=(-2, -1), use_bias=cfg.use_bias,
@@ -202,28 +165,23 @@ class MultiHeadAttention(nn.Module):
 def splash_layout(cfg, inputs_q: Array, inputs_kv: Array | None, bias, mask) -> bool:
   """Whether q/k/v are kept flat, [batch, len, heads * d], in their projections' dots and
   where the remat policies save them: only when d is not a multiple of TPU's 128 lanes
-  and this attention will run splash's kernel, as `runs_splash` decides it for the
-  projections' shapes, the bias and the mask (not while decoding, nor for the
-  written-out attention).
+  and this attention will run splash's kernel (kernels.runs_splash, asked with the
+  projections' shapes), not while decoding, nor for the written-out attention.
 
   Why: what a policy saves is stacked over the scanned layers, and XLA gives that stack
   the layout of its consumer. Splash reads [.., len, d] tiles, so with d = 64 each saved
-  q/k/v sat in 128-lane tiles half empty: BERT-large's three stacks took 9 GiB per chip
-  at 1024 rows for 4.5 GiB of values, and dots_no_batch's raw projection outputs the same
-  (bench/RESULTS.md "Remat policies that keep the attention projections"). Flat, no
-  dimension of 64 is left to pad. The price is a relayout of each q/k/v per layer into
-  the kernel's tiles (HBM traffic), which the written-out attention (its stacks keep the
-  length minor) and CPU never needed: there the projections stay as they were.
+  q/k/v would sit in 128-lane tiles half empty; flat, no dimension of 64 is left to pad
+  (docs/performance.md, "q, k and v saved flat"). The price is a relayout of each q/k/v
+  per layer into the kernel's tiles, which the other paths do not need.
   """
-  if (cfg.decode or cfg.attention_impl == "reference"
-      or cfg.d_head % splash_lib.LANES == 0):
+  if (cfg.decode or cfg.attention_impl == "reference" or cfg.d_head % kernels.LANES == 0):
     return False
   inputs_kv = inputs_q if inputs_kv is None else inputs_kv
   heads = (cfg.num_heads, cfg.d_head)
   query = jax.ShapeDtypeStruct(inputs_q.shape[:2] + heads, cfg.compute_dtype)
   value = jax.ShapeDtypeStruct(inputs_kv.shape[:2] + heads, cfg.compute_dtype)
   dropout = not cfg.deterministic and cfg.attention_dropout_rate > 0.0
-  return runs_splash(cfg.attention_impl, query, value, bias, mask, dropout)
+  return kernels.runs_splash(cfg.attention_impl, query, value, bias, mask, dropout)
 
 
 def _saveable(x: Array, name: str, flat: bool) -> Array:
@@ -235,12 +193,9 @@ def _saveable(x: Array, name: str, flat: bool) -> Array:
   return checkpoint_name(x.reshape(batch, length, heads * d), name).reshape(x.shape)
 
 
-# Decode caches keep keys/values heads-major, [batch, heads, len, d], not in the
-# [batch, len, heads, d] layout of the projections: that is the operand layout XLA:CPU's
-# batched attention dots want, so the transposes below fold into them. Stored
-# [batch, len, heads, d], every step copied each layer's whole K and V cache into a
-# transposed buffer (4 copies a layer, ~13% of a greedy step of bench/decode.py: see
-# bench/RESULTS.md "Decoding").
+# Decode caches keep keys/values heads-major, [batch, heads, len, d]: the operand layout
+# of the attention's batched dots, so each step writes its entry in place and reads the
+# cache without a per-step transposed copy of every layer's K and V.
 def _to_cache(x: Array) -> Array:
   return jnp.swapaxes(x, 1, 2)     # [batch, len, heads, d] -> [batch, heads, len, d]
 

@@ -5,33 +5,19 @@ import functools
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
-from bert_jax.runtime import parallel
+from bert_jax.runtime import sharding
 from bert_jax.layers.attention import MultiHeadAttention
-from bert_jax.layers.config import TransformerConfig, layer_norm
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.norm import layer_norm
 from bert_jax.layers import dense as dense_lib
 from bert_jax.layers.dropout import Dropout
 
 Array = jax.Array
 
 # The residual stream [batch, len, embed] at block edges: rows over the data axes, the
-# positions over tensor (parallel.LOGICAL_RULES "residual_length").
+# positions over tensor (sharding.LOGICAL_RULES "residual_length").
 RESIDUAL = ("batch", "residual_length", "embed")
-
-
-def gelu(x: Array) -> Array:
-  """The exact (erf) GELU as torch and transformers write it: 0.5 x (1 + erf(x / sqrt 2)).
-
-  jax.nn.gelu(approximate=False) writes it with erfc(-x / sqrt 2), which keeps relative
-  precision for x << 0, where the GELU is ~0. On XLA:CPU, training steps are faster with
-  this form (forward + backward of a [4096, 512] activation 1.8 ms against 2.9-3.3; the
-  tiny pretraining step 0.956, the packed fine-tuning step 0.960), but a forward-only
-  pass is slower (all-MiniLM-L6-v2 `encode` 2.70-2.92 s against 2.41-2.53), so FeedForward
-  takes it only when training (bench/RESULTS.md "The exact GELU through erf"). Absolute
-  error below 1.1e-6 in float32 on [-10, 10] (tests/layers/test_blocks.py)."""
-  half_sqrt2 = jnp.asarray(0.7071067811865476, x.dtype)   # 1 / sqrt(2)
-  return 0.5 * x * (1.0 + jax.lax.erf(x * half_sqrt2))
 
 
 ACTIVATIONS = {
@@ -53,10 +39,8 @@ class FeedForward(nn.Module):
                               dot_general=dense_lib.for_config(cfg))
     h = dense(cfg.d_mlp, kernel_init=cfg.kernel_init("embed", "mlp"),
               bias_init=cfg.zeros_init("mlp"), name="wi")(x)          # [batch, len, mlp]
-    h = parallel.constrain(h, ("batch", "length", "mlp"))
-    # Training steps take `gelu`'s form of the same function (faster there, see gelu).
-    training_gelu = cfg.activation == "gelu" and not cfg.deterministic
-    h = gelu(h) if training_gelu else ACTIVATIONS[cfg.activation](h)
+    h = sharding.constrain(h, ("batch", "length", "mlp"))
+    h = ACTIVATIONS[cfg.activation](h)
     return dense(x.shape[-1], kernel_init=cfg.kernel_init("mlp", "embed"),
                  bias_init=cfg.zeros_init("embed"), name="wo")(h)     # [batch, len, embed]
 
@@ -77,12 +61,12 @@ class EncoderBlock(nn.Module):
     """x [batch, len, d_model]; mask [batch, 1, len, len] bool; bias [.., heads, len, len]."""
     cfg = self.config
     return_weights = self.return_weights
-    x = parallel.constrain(x, RESIDUAL)
+    x = sharding.constrain(x, RESIDUAL)
     attn = MultiHeadAttention(cfg, name="attention")
     x = _residual(cfg, x, lambda h: attn(h, mask=mask, bias=bias, positions=positions,
                                          return_weights=return_weights), "attention_norm")
     x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
-    x = parallel.constrain(x, RESIDUAL)
+    x = sharding.constrain(x, RESIDUAL)
     return _block_output(x, self.scanned, self.collect_hidden)
 
 
@@ -101,7 +85,7 @@ class DecoderBlock(nn.Module):
     """x [batch, len, d]; encoded [batch, src_len, d]; masks as in EncoderBlock."""
     cfg = self.config
     return_weights = self.return_weights
-    x = parallel.constrain(x, RESIDUAL)
+    x = sharding.constrain(x, RESIDUAL)
     self_attn = MultiHeadAttention(cfg, causal=True, name="self_attention")
     x = _residual(cfg, x, lambda h: self_attn(h, mask=self_mask, bias=self_bias,
                                               positions=positions,
@@ -118,7 +102,7 @@ class DecoderBlock(nn.Module):
                                             return_weights=return_weights),
                     "cross_attention_norm")
     x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
-    x = parallel.constrain(x, RESIDUAL)
+    x = sharding.constrain(x, RESIDUAL)
     return _block_output(x, self.scanned, self.collect_hidden)
 
 

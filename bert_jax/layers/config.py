@@ -10,18 +10,14 @@ import dataclasses
 from typing import Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
-import numpy as np
 
-from bert_jax.runtime import parallel
-from bert_jax.layers import norm
 
 POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "qkv_proj", "kv_proj",
                   "dots_except_mlp", "qkv_proj_offloaded", "minimal_offloaded")  # stacks.py
-ATTENTION_IMPLS = ("auto", "splash", "xla", "cudnn", "reference")
+ATTENTION_IMPLS = ("auto", "splash", "xla", "cudnn", "reference")  # kernels.IMPLEMENTATIONS
 INITS = ("bert", "xavier")  # kernel_init / embed_init
 
 
@@ -60,18 +56,14 @@ class TransformerConfig:
   # The operand dtype of the weight matmuls (Dense layers, attention projections, the tied
   # output layer) and of the attention's two batched matmuls and decode K/V caches
   # (attention_dtype), accumulated in float32; None = the compute dtype. "bfloat16" with
-  # float32 compute is mixed precision for decoding on CPU: XLA:CPU's bf16 x bf16 -> f32
-  # skinny matmuls ran ~1.7x its float32 rate at 16-128 rows (a loaded-machine probe).
+  # float32 compute is mixed precision (e.g. for decoding).
   matmul_dtype: Optional[str] = None
-  # One of ATTENTION_IMPLS; "auto": splash on TPU, cuDNN on GPU, XLA on CPU (attention.py).
+  # One of ATTENTION_IMPLS; "auto": splash on TPU, cuDNN on GPU, XLA on CPU (kernels/).
   attention_impl: str = "auto"
   scan_layers: bool = False
-  # Packed rows laid out in blocks of this many tokens (tasks/finetune/packing.py): a batch
-  # in which no document crosses a block attends block by block (layers/dot_product.py,
-  # decided per batch on device, the same outputs); 0 = whole rows always.
-  attention_block: int = 0
-  # The Dense layers' gradient as 2-D matmuls (layers/dense.py): faster on XLA:CPU, more
-  # FSDP communication on TPU. None = per platform (train/defaults.for_platform): CPU.
+  # The Dense layers' products with 2-D gradients, where an entry point installed them
+  # (layers/dense.py; hardware/cpu_dense.py on CPU). None = per platform
+  # (train/defaults.for_platform): on for CPU.
   dense_grad_2d: Optional[bool] = None
   remat_policy: str = "none"        # one of REMAT_POLICIES
   deterministic: bool = False       # no dropout (eval / decode)
@@ -187,46 +179,3 @@ def _is_float_dtype(name) -> bool:
     return jnp.issubdtype(jnp.dtype(name), jnp.floating)
   except TypeError:  # numpy: "data type 'bf16' not understood"
     return False
-
-
-def layer_norm(config: TransformerConfig, name: str) -> nn.Module:
-  """LayerNorm with float32 statistics (two-pass variance, as torch) and logical names:
-  nn.LayerNorm's parameters and values, with layers/norm.py's closed-form gradient."""
-  return norm.LayerNorm(
-      epsilon=config.layer_norm_eps, dtype=config.compute_dtype, param_dtype=config.params_dtype,
-      scale_init=config.ones_init("norm"), bias_init=config.zeros_init("norm"), name=name)
-
-
-def embedding(config: TransformerConfig, num_embeddings: int, logical_rows: str,
-              name: str | None = None) -> nn.Embed:
-  """A [num_embeddings, hidden] table (tokens, positions, segments) with logical names
-  (`logical_rows`, "embed") and the model's init and dtypes."""
-  return nn.Embed(num_embeddings, config.hidden_size, dtype=config.compute_dtype,
-                  param_dtype=config.params_dtype,
-                  embedding_init=config.embed_init(logical_rows, "embed"), name=name)
-
-
-def vocab_logits(logits, config: TransformerConfig):
-  """[..., padded_vocab] -> [..., vocab_size]: logits over the tokenizer's ids only, so a
-  loss, an accuracy, a top-k or a sample never sees a padding row.
-
-  Under a mesh the rows are first spread over every mesh axis (the layout the steps' loss
-  uses anyway, parallel.spread_over_all_devices): the vocabulary dimension is then whole on
-  each chip and the cut is local, not a resharding of a tensor-split dimension.
-  """
-  if logits.shape[-1] == config.vocab_size:
-    return logits
-  if not jax.sharding.get_abstract_mesh().empty:
-    logits = parallel.spread_rows(logits)
-  return logits[..., :config.vocab_size]
-
-
-def pad_rows(x, rows: int):
-  """x (numpy) with zero rows appended up to `rows`: a vocabulary table or output bias
-  of vocab_size rows (an HF model, a checkpoint saved unpadded) for a padded model. The
-  padding rows are never an input id and vocab_logits cuts theirs off, so the padded
-  model computes exactly what the unpadded one did."""
-  x = np.asarray(x)
-  if x.shape[0] >= rows:
-    return x
-  return np.concatenate([x, np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)])

@@ -2,37 +2,29 @@
 
 With `scan_layers`, the block params are stacked along a leading `layers` axis
 (`.../layers/attention/query/kernel: [num_layers, ...]`); without it they sit under
-`layers_0 ... layers_{N-1}`. `scan_to_unrolled` / `unrolled_to_scan` convert between the
-two, so checkpoints move freely between the layouts.
+`layers_0 ... layers_{N-1}` (layers/scan_layout.py converts between the two).
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.layers import attention as attn_lib
+from bert_jax.kernels import masks
 from bert_jax.layers.blocks import DecoderBlock, EncoderBlock
-from bert_jax.layers.config import TransformerConfig, layer_norm
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.norm import layer_norm
 from bert_jax.layers.positional import RelativePositionBias
 
 Array = jax.Array
 
 # What the backward pass may keep of each block's forward. The named ones save tensors the
 # blocks tag with checkpoint_name (attention.py: query_proj, key_proj, value_proj, out_proj),
-# as MaxText's save_qkv_proj / save_dot_except_mlp do: they keep the attention's
-# projections (q, k, v: 3 of the 6 per-layer matmul outputs, a third of dots_no_batch's
-# bytes, since the FFN's [rows, len, 4d] is the largest; with the output projection 4 of
-# 6) and recompute attention's core and the FFN; kv_proj keeps k and v only (2048 rows of
-# BERT-large S512 per v5e:4x4 fit in HBM with it, not with qkv_proj; whether it beats full
-# in time, 4% fewer FLOPs against per-layer relayouts, is for a real TPU to tell). The
-# *_offloaded ones move what they keep to host memory (pinned_host) in the forward pass
-# and back for the backward: HBM close to "full"'s, at the cost of host RAM and host-link
-# traffic each step.
-# bench/RESULTS.md "Remat policies that keep the attention projections" measures each.
+# as MaxText's save_qkv_proj / save_dot_except_mlp do, and recompute the rest; the
+# *_offloaded ones move what they keep to host memory (pinned_host) and back for the
+# backward. docs/performance.md compares them on TPU topologies.
 _QKV = ("query_proj", "key_proj", "value_proj")
 _POLICIES = jax.checkpoint_policies
 _REMAT_POLICIES = {
@@ -129,7 +121,7 @@ class Decoder(nn.Module):
     cfg = self.config
     length = x.shape[1]
     if not cfg.decode:
-      self_mask = attn_lib.add_causal(self_mask, length)
+      self_mask = masks.add_causal(self_mask, length)
     bias = None
     if cfg.position == "relative":
       rel = RelativePositionBias(cfg, bidirectional=False, name="relative_bias")
@@ -157,37 +149,3 @@ class Decoder(nn.Module):
 
 
 # ------------------------------------------------------------ scan <-> unrolled params
-_LAYER_KEY = re.compile(r"^layers_(\d+)$")
-
-
-def scan_to_unrolled(tree: dict) -> dict:
-  """Rewrites every `layers: {...[L, ...]}` subtree as `layers_0 ... layers_{L-1}`."""
-  out = {}
-  for k, v in tree.items():
-    if k == "layers" and isinstance(v, dict):
-      leaves = jax.tree_util.tree_leaves(v)
-      n = leaves[0].shape[0]
-      for i in range(n):
-        out[f"layers_{i}"] = jax.tree_util.tree_map(lambda a, i=i: a[i], v)
-    elif isinstance(v, dict):
-      out[k] = scan_to_unrolled(v)
-    else:
-      out[k] = v
-  return out
-
-
-def unrolled_to_scan(tree: dict) -> dict:
-  """Inverse of scan_to_unrolled: stacks `layers_i` subtrees under `layers`."""
-  out, layers = {}, {}
-  for k, v in tree.items():
-    m = _LAYER_KEY.match(k)
-    if m and isinstance(v, dict):
-      layers[int(m.group(1))] = v
-    elif isinstance(v, dict):
-      out[k] = unrolled_to_scan(v)
-    else:
-      out[k] = v
-  if layers:
-    ordered = [layers[i] for i in range(len(layers))]
-    out["layers"] = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ordered)
-  return out

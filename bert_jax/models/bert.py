@@ -13,11 +13,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.layers import attention as attn_lib
+from bert_jax.kernels import masks
 from bert_jax.layers.blocks import ACTIVATIONS
-from bert_jax.runtime import parallel
-from bert_jax.layers.config import TransformerConfig, embedding, layer_norm, vocab_logits
+from bert_jax.runtime import sharding
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.embedding import embedding, vocab_logits
+from bert_jax.layers.norm import layer_norm
 from bert_jax.layers import dense as dense_lib
+from bert_jax.layers import embedding as embedding_lib
 from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Encoder
@@ -56,7 +59,7 @@ class BertEmbeddings(nn.Module):
   def attend(self, x: Array) -> Array:
     """x [..., hidden] -> logits [..., padded_vocab] against the token embedding table
     (float32 with model.matmul_dtype, whose operand dtype they take, as the Dense layers)."""
-    return dense_lib.attend(self.config, self.token_embedder, x, logits_dtype=None)
+    return embedding_lib.attend(self.config, self.token_embedder, x, logits_dtype=None)
 
 
 class BertModel(nn.Module):
@@ -96,13 +99,11 @@ class BertModel(nn.Module):
       dict with `sequence_output` [batch, len, hidden], `pooled_output` [batch, hidden]
       (if add_pooler) and `hidden_states` [num_layers + 1, batch, len, hidden] (if asked).
     """
-    cfg = self.config
     if input_mask is None:
       input_mask = jnp.ones_like(input_ids)
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
-    mask = attn_lib.row_mask(input_mask, packed_segment_ids,   # ids, no [b, 1, len, len]
-                             cfg.attention_block)
+    mask = masks.row_mask(input_mask, packed_segment_ids)  # ids, no [b, 1, len, len]
     x = self.embeddings(input_ids, segment_ids, positions)
     x, hidden = self.encoder(x, mask, positions, output_hidden_states=output_hidden_states)
     out = {"sequence_output": x}
@@ -115,8 +116,8 @@ class BertModel(nn.Module):
       # backward of x[:, 0] moved them back by all-to-all (2 on BERT-large S512, 4 on
       # bert_tiny's tensor and fsdp meshes; tests/test_aot.py).
       rows = ("batch", "embed")
-      cls = parallel.constrain(x[:, 0], rows)                 # [batch, hidden]
-      out["pooled_output"] = parallel.constrain(jnp.tanh(self.pooler(cls)), rows)
+      cls = sharding.constrain(x[:, 0], rows)                 # [batch, hidden]
+      out["pooled_output"] = sharding.constrain(jnp.tanh(self.pooler(cls)), rows)
     if output_hidden_states:
       out["hidden_states"] = hidden
     return out
@@ -145,22 +146,21 @@ class MlmHead(nn.Module):
   @nn.compact
   def __call__(self, x: Array, attend) -> Array:
     cfg = self.config
-    # Rows over the data axes, features whole: unpinned, the partitioner gathered the
-    # global batch of this head's gradient onto every tensor chip (BERT-large S512, 1024
-    # rows on v5e-256, mesh (8, 8, 4): a 1024 x 80 x 30720 logits gradient, 4.7 GiB).
+    # Rows over the data axes, features whole: unpinned, the partitioner may gather the
+    # global batch of this head's logits gradient onto every tensor chip.
     rows = ("batch",) + (None,) * (x.ndim - 2) + ("embed",)
-    x = parallel.constrain(x, rows)                           # [..., hidden]
+    x = sharding.constrain(x, rows)                           # [..., hidden]
     x = nn.Dense(cfg.hidden_size, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                  kernel_init=cfg.kernel_init("embed", "mlp"), bias_init=cfg.zeros_init("mlp"),
                  dot_general=dense_lib.for_config(cfg), name="transform")(x)
     x = ACTIVATIONS[cfg.activation](x)
-    x = parallel.constrain(layer_norm(cfg, "layer_norm")(x), rows)
+    x = sharding.constrain(layer_norm(cfg, "layer_norm")(x), rows)
     bias = self.param("bias", cfg.zeros_init("vocab"), (cfg.padded_vocab,), cfg.params_dtype)
     logits = attend(x)                                        # [..., padded_vocab]
     bias = bias.astype(logits.dtype)  # x's dtype; float32 with model.matmul_dtype
-    logits = dense_lib.add_bias(logits, bias) if cfg.dense_grad_2d else logits + bias
+    logits = embedding_lib.add_bias(cfg, logits, bias)
     # Vocabulary over tensor, as the table's rows: the matmul's natural output layout.
-    logits = parallel.constrain(logits, ("batch",) + (None,) * (logits.ndim - 2) + ("vocab",))
+    logits = sharding.constrain(logits, ("batch",) + (None,) * (logits.ndim - 2) + ("vocab",))
     return vocab_logits(logits, cfg)                          # [..., vocab]
 
 

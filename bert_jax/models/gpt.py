@@ -5,9 +5,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.layers import attention as attn_lib
+from bert_jax.kernels import masks
 from bert_jax.layers import dense as dense_lib
-from bert_jax.layers.config import TransformerConfig, embedding, vocab_logits
+from bert_jax.layers import embedding as embedding_lib
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.embedding import embedding, vocab_logits
 from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Decoder
@@ -52,14 +54,14 @@ class GPT(nn.Module):
     x = self.dropout(x)
     mask = None
     if not cfg.decode:
-      mask = attn_lib.row_mask(input_mask, packed_segment_ids)  # the decoder adds causal
+      mask = masks.row_mask(input_mask, packed_segment_ids)  # the decoder adds causal
     elif input_mask is not None:
       # Decoding: input_mask [batch, cache_len] marks the cache slots holding real tokens
       # (left-padded prompts); the cache adds causality over the slots written so far.
-      mask = attn_lib.padding_mask(input_mask)                  # [batch, 1, 1, cache_len]
+      mask = masks.padding_mask(input_mask)                  # [batch, 1, 1, cache_len]
     y, _ = self.decoder(x, self_mask=mask, positions=positions)
     if last_only:
       y = y[:, -1:]                                             # [batch, 1, d]
     # The tied output projection (float32 logits), cut to the tokenizer's ids.
-    return vocab_logits(dense_lib.attend(cfg, self.token_embedder, y), cfg)
+    return vocab_logits(embedding_lib.attend(cfg, self.token_embedder, y), cfg)
 

@@ -21,7 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.layers.attention import AdditiveAttention
+from bert_jax.layers.additive import AdditiveAttention
 from bert_jax.layers.dropout import Dropout
 
 Array = jax.Array

@@ -16,9 +16,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.layers import attention as attn_lib
+from bert_jax.kernels import masks
 from bert_jax.layers import dense as dense_lib
-from bert_jax.layers.config import TransformerConfig, embedding, vocab_logits
+from bert_jax.layers import embedding as embedding_lib
+from bert_jax.layers.config import TransformerConfig
+from bert_jax.layers.embedding import embedding, vocab_logits
 from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Decoder, Encoder
@@ -66,9 +68,9 @@ class Transformer(nn.Module):
     positions = _default_positions(src_ids) if src_positions is None else src_positions
     x = self._embed(src_ids, positions)
     if src_segment_ids is None:
-      mask = attn_lib.SegmentMask(None, src_mask)                # real keys
+      mask = masks.SegmentMask(None, src_mask)                # real keys
     else:
-      mask = attn_lib.SegmentMask(src_segment_ids, src_segment_ids)  # within a segment
+      mask = masks.SegmentMask(src_segment_ids, src_segment_ids)  # within a segment
     encoded, _ = self.encoder(x, mask)
     return encoded
 
@@ -87,16 +89,16 @@ class Transformer(nn.Module):
     x = self._embed(tgt_inputs, positions)
     self_mask = None
     if tgt_segment_ids is not None and not cfg.decode:            # packed rows
-      self_mask = attn_lib.SegmentMask(tgt_segment_ids, tgt_segment_ids)
-      cross_mask = attn_lib.SegmentMask(tgt_segment_ids, src_segment_ids)  # pair k -> k
+      self_mask = masks.SegmentMask(tgt_segment_ids, tgt_segment_ids)
+      cross_mask = masks.SegmentMask(tgt_segment_ids, src_segment_ids)  # pair k -> k
     else:
       if not cfg.decode and tgt_mask is not None:
-        self_mask = attn_lib.SegmentMask(tgt_mask, tgt_mask)     # both positions real
-      cross_mask = attn_lib.SegmentMask(None, src_mask)          # real source keys
+        self_mask = masks.SegmentMask(tgt_mask, tgt_mask)     # both positions real
+      cross_mask = masks.SegmentMask(None, src_mask)          # real source keys
     y, _ = self.decoder(x, encoded, self_mask=self_mask, cross_mask=cross_mask,
                         positions=positions)
     # The tied output projection (float32 logits), cut to the tokenizer's ids.
-    return vocab_logits(dense_lib.attend(cfg, self.embedder, y), cfg)
+    return vocab_logits(embedding_lib.attend(cfg, self.embedder, y), cfg)
 
   def __call__(self, src_ids: Array, tgt_inputs: Array, src_mask: Array | None = None,
                tgt_mask: Array | None = None, src_segment_ids: Array | None = None,

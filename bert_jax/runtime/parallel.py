@@ -1,53 +1,26 @@
-"""Device mesh, the one logical-axis-rules table, and state shardings.
+"""Device mesh, state shardings, and host batches placed on the mesh.
 
-Every parameter in bert_jax carries logical axis names (`nn.with_logical_partitioning`);
-this file is the only place that says how those names map onto the physical mesh
-axes (`data`, `fsdp`, `tensor`). Changing a parallelism strategy is a change of
-this table or of the mesh shape in the config, never of model code.
+The logical-axis-rules table and the activation pins live in runtime/sharding.py (what
+model code imports); they are re-exported here for the runtime's callers.
 """
 from __future__ import annotations
 
 import collections
-import contextvars
 import dataclasses
-import functools
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 import flax.linen as nn
 import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-MESH_AXES = ("data", "fsdp", "tensor")
+from bert_jax.runtime.sharding import (  # noqa: F401  (re-exported)
+    BATCH_AXES, LOGICAL_RULES, MESH_AXES, constrain, spread_over_all_devices, spread_rows)
+from bert_jax.runtime.tracing import (  # noqa: F401  (re-exported)
+    trace_platform, traced_on, with_trace_platform)
 
-# The batch is split over every data-parallel axis (plain DP and FSDP alike).
-BATCH_AXES = ("data", "fsdp")
 
-# Logical name -> mesh axis (or None: replicated). First match wins (flax semantics).
-# Weight matrices are sharded along `embed` over fsdp (ZeRO-3 style) and along their
-# "wide" dimension (heads / mlp / vocab) over tensor (Megatron style).
-LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
-    ("batch", BATCH_AXES),
-    ("length", None),
-    # The residual stream between blocks: its positions over `tensor` (Megatron's sequence
-    # parallelism), so what a remat'd layer saves, and its LayerNorms and dropouts, split
-    # over the tensor chips instead of repeating on each; the blocks' projections gather
-    # them back (all-gather + reduce-scatter: the all-reduce of tensor parallelism, split).
-    ("residual_length", "tensor"),
-    ("kv_length", None),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("kv", None),
-    ("mlp", "tensor"),
-    ("vocab", "tensor"),
-    ("position", None),
-    ("segment", None),
-    ("classes", None),
-    ("layers", None),
-    ("relpos_buckets", None),
-    ("norm", None),
-)
 
 
 def mesh_shape(requested: Sequence[int], num_devices: int) -> tuple[int, ...]:
@@ -179,70 +152,6 @@ def check_divisible(abstract, logical_specs, shardings) -> None:
             f"{tuple(mesh_sizes.values())}). {fix}, or change config.mesh_shape.")
 
 
-def constrain(x: jax.Array, logical_names: Sequence[str | None],
-              rules=LOGICAL_RULES) -> jax.Array:
-  """x pinned to the sharding its logical names map to, when traced on a mesh (`traced_on`:
-  the loop's and aot's jitted steps); outside one (eager calls, stand-alone decoding and
-  embedding) x itself.
-
-  Why not `nn.with_logical_constraint`: it needs an `nn.logical_axis_rules` context,
-  which would also constrain every boxed parameter as it is unboxed (flax's DenseGeneral
-  unboxes a flattened 2-D kernel under 3 names and fails). Without such a pin the SPMD
-  partitioner may keep activations on `data` alone under fsdp: BERT-large S128 at 2048
-  rows on v5e:4x4 then needed 19.1 GiB per chip (transformers' model: 14.2).
-  """
-  if jax.sharding.get_abstract_mesh().empty:
-    return x
-  return jax.lax.with_sharding_constraint(x, nn.logical_to_mesh_axes(logical_names, rules))
-
-
-def traced_on(mesh: Mesh, fn):
-  """fn, traced with `mesh` as the abstract mesh, so `constrain` pins activations inside.
-
-  Only the trace sees the mesh: eager code around the call (the loop's host work, an AOT
-  compile whose devices are a topology description) keeps its default placement, which
-  `jax.set_mesh` around the whole loop would change.
-  """
-  @functools.wraps(fn)
-  def wrapped(*args, **kwargs):
-    token = _TRACE_PLATFORM.set(mesh.devices.flat[0].platform)
-    try:
-      with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-        return fn(*args, **kwargs)
-    finally:
-      _TRACE_PLATFORM.reset(token)
-  return wrapped
-
-
-def with_trace_platform(platform: str, fn):
-  """fn, traced as if for `platform` ("gpu", "tpu", "cpu"; cuda / rocm are "gpu") with no
-  mesh: what the per-platform choices (attention kernels, the train step's non-finite
-  guard) pick when a program is lowered for another platform than the host's, e.g.
-  `jax.jit(f).trace(...).lower(lowering_platforms=("cuda",))` on a CPU machine."""
-  @functools.wraps(fn)
-  def wrapped(*args, **kwargs):
-    token = _TRACE_PLATFORM.set(platform)
-    try:
-      return fn(*args, **kwargs)
-    finally:
-      _TRACE_PLATFORM.reset(token)
-  return wrapped
-
-
-# The platform of the mesh a step is being traced on (set by `traced_on`).
-_TRACE_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "bert_jax_trace_platform", default=None)
-
-
-def trace_platform() -> str:
-  """"tpu" / "gpu" / "cpu": what the code being traced will compile for. Inside
-  `traced_on` the mesh's devices say it (an AOT compile traces for a TPU topology on a CPU
-  host); elsewhere jax's default backend. Per-platform kernels (layers/splash.py) ask this.
-  """
-  platform = _TRACE_PLATFORM.get() or jax.default_backend()
-  return "gpu" if platform in ("cuda", "rocm") else platform
-
-
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
   """Leading (batch) dimension over the data-parallel axes, the rest replicated."""
   return NamedSharding(mesh, P(BATCH_AXES, *([None] * (ndim - 1))))
@@ -332,26 +241,6 @@ def host_to_global(batch: dict, mesh: Mesh, shards: RowShards | None = None) -> 
     out[k] = jax.make_array_from_process_local_data(
         batch_sharding(mesh, v.ndim), v, (v.shape[0] * count,) + v.shape[1:])
   return out
-
-
-def spread_over_all_devices(tree):
-  """Constrains every array's leading (batch) dim over all mesh axes (inside jit + mesh).
-
-  Applied to model outputs before the loss: the loss then runs fully data-parallel on
-  small [batch, P, vocab] logits instead of vocab-sharded over `tensor`. Besides being
-  cheap, it sidesteps an XLA SPMD miscompile we hit on a 3-D (2, 2, 2) mesh, where the
-  backward pass of a cross-entropy over vocab-sharded logits with a (data, fsdp)-sharded
-  batch gave wrong gradients (tests/train/test_sharded_steps.py guards it).
-  """
-  return jax.tree_util.tree_map(spread_rows, tree)
-
-
-def spread_rows(x):
-  """x (inside jit + mesh) with its leading (batch) dim over all mesh axes, the rest whole
-  on each chip."""
-  if getattr(x, "ndim", 0) == 0:
-    return x
-  return jax.lax.with_sharding_constraint(x, P(MESH_AXES, *([None] * (x.ndim - 1))))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

@@ -17,10 +17,14 @@ from typing import BinaryIO, Iterator
 
 from etils import epath
 
-# epath serves gs:// through tf.io.gfile whenever TensorFlow is importable (we install
-# tensorflow-cpu for tfds' catalog builders); use gcsfs instead: one GCS client, which
-# honors STORAGE_EMULATOR_HOST (tests) and needs no TensorFlow at run time.
-os.environ.setdefault("EPATH_USE_TF", "false")
+
+
+def prefer_gcsfs(environ=None) -> None:
+  """gs:// through gcsfs, not tf.io.gfile: epath takes TensorFlow whenever it is
+  importable (tensorflow-cpu comes with tfds' catalog builders); gcsfs is one GCS client,
+  honours STORAGE_EMULATOR_HOST (tests) and needs no TensorFlow at run time. Entry points
+  call it through hardware.configure(); a user's own EPATH_USE_TF is kept."""
+  (os.environ if environ is None else environ).setdefault("EPATH_USE_TF", "false")
 
 _FSSPEC = {"gs": "gcsfs", "s3": "s3fs"}
 

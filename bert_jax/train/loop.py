@@ -22,7 +22,7 @@ from bert_jax.checkpoint import manager as ckpt_lib
 from bert_jax.runtime import multihost
 from bert_jax.runtime import parallel
 from bert_jax.runtime import progress
-from bert_jax.layers import dot_product
+from bert_jax import kernels
 from bert_jax.train import mfu
 from bert_jax.train import optim, steps, wandb_run
 from bert_jax.train import profile as profile_lib
@@ -288,7 +288,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
         f"step {total_steps} (train.num_steps / num_epochs): raise it to train further, or "
         "use a new --workdir.")
   log(peak.describe())
-  log(dot_product.describe_phases(getattr(task, "model_config", None), tc.batch_size,
+  log(kernels.describe_phases(getattr(task, "model_config", None), tc.batch_size,
                                   [task.phase_shapes(p[2])["seq_len"] for p in plan], mesh))
   profiler = profile_lib.StepProfiler(workdir, int(tc.get("profile_steps", 0)),
                                       int(tc.get("profile_first_step", 0)), start_step, log)

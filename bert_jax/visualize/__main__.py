@@ -97,7 +97,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if isinstance(args, int):
     return args
   # pylint: disable=g-import-not-at-top
-  from bert_jax.visualize import loader
+  from bert_jax.inference import loader
   inputs = [("--vectors", getattr(args, "vectors", None))] + [
       ("metrics of --workdir", os.path.join(w, "metrics.jsonl"))
       for w in getattr(args, "workdir", None) or ()]

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Optional, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
+from bert_jax.inference.inputs import plain_tokens
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
 from bert_jax.models.gpt import GPT
@@ -112,27 +113,6 @@ def seq2seq_weights(config: TransformerConfig, params: dict, src, tgt_inputs, sr
 
 
 # ------------------------------------------------------------------ text -> tokens
-def _encode(tokenizer, text: str) -> tuple[list[int], list[str]]:
-  enc = tokenizer.encode(text, add_special_tokens=False)
-  return list(enc.ids), list(enc.tokens)
-
-
-def bert_inputs(tokenizer, text: str, text_b: Optional[str] = None):
-  """(ids, segment ids, tokens). "[CLS] a [SEP] (b [SEP])", unless the text already starts
-  with [CLS]: then it is taken exactly as written (e.g. a 10-token "[CLS] Before my bed
-  lies a pool of moon bright" gives a 10 x 10 matrix), text_b appended as "b [SEP]"."""
-  ids, tokens = _encode(tokenizer, text)
-  cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-  if not (ids and ids[0] == cls_id):
-    ids, tokens = [cls_id, *ids, sep_id], ["[CLS]", *tokens, "[SEP]"]
-  segments = [0] * len(ids)
-  if text_b:
-    b_ids, b_tokens = _encode(tokenizer, text_b)
-    ids, tokens = ids + b_ids + [sep_id], tokens + b_tokens + ["[SEP]"]
-    segments += [1] * (len(b_ids) + 1)
-  return ids, segments, tokens
-
-
 def bos_id(tokenizer) -> int:
   """The decoder's start token: the first of [BOS] / <s> / [CLS] in the vocabulary, else 0
   (shift_right's default)."""
@@ -168,5 +148,5 @@ def parse_table(text: str) -> tuple[list[str], list[str], np.ndarray]:
 def shifted_targets(tokenizer, text_b: str) -> tuple[np.ndarray, list[str]]:
   """Decoder inputs [1, len] (BOS + target shifted right) and the target tokens, which
   label the rows: row i is the decoder predicting target token i."""
-  ids, tokens = _encode(tokenizer, text_b)
+  ids, tokens = plain_tokens(tokenizer, text_b)
   return np.asarray(shift_right(jnp.asarray([ids], jnp.int32), bos_id(tokenizer))), tokens

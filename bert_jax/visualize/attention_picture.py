@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from bert_jax.inference import inputs
+from bert_jax.inference.loader import InputError, Loaded
 from bert_jax.visualize import attention, head_view, plot
-from bert_jax.visualize.loader import InputError, Loaded
 
 
 def compute(model: Loaded, text: str, text_b: str | None, which: str | None):
@@ -22,7 +23,7 @@ def compute(model: Loaded, text: str, text_b: str | None, which: str | None):
     raise InputError("--text is empty")
   tok = model.tokenizer
   if model.kind == "bert":
-    ids, segments, tokens = attention.bert_inputs(tok, text, text_b)
+    ids, segments, tokens = inputs.bert_inputs(tok, text, text_b)
     if len(ids) > model.config.max_len:
       raise InputError(f"the input has {len(ids)} tokens; this model takes at most "
                        f"{model.config.max_len}")
@@ -31,13 +32,13 @@ def compute(model: Loaded, text: str, text_b: str | None, which: str | None):
   if model.kind == "gpt":
     if text_b:
       raise InputError("--text_b is for BERT sentence pairs and translations, not GPT")
-    ids, tokens = attention._encode(tok, text)  # pylint: disable=protected-access
+    ids, tokens = inputs.plain_tokens(tok, text)
     return attention.gpt_weights(model.config, model.params, [ids])[:, 0], tokens, tokens, which
   # Encoder-decoder: the source sentence and its translation (reference or the model's).
   if not text_b:
     raise InputError("an encoder-decoder checkpoint needs --text_b, the target sentence "
                      "(e.g. the translation of --text)")
-  src, src_tokens = attention._encode(tok, text)  # pylint: disable=protected-access
+  src, src_tokens = inputs.plain_tokens(tok, text)
   tgt_in, tgt_tokens = attention.shifted_targets(tok, text_b)
   w = attention.seq2seq_weights(model.config, model.params, [src], tgt_in)[which][:, 0]
   rows = src_tokens if which == "encoder" else tgt_tokens

@@ -11,10 +11,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from bert_jax import embed
+from bert_jax.inference import encode
+from bert_jax.inference.inputs import bert_inputs
+from bert_jax.inference.loader import InputError, Loaded
 from bert_jax.visualize import plot
-from bert_jax.visualize.attention import bert_inputs
-from bert_jax.visualize.loader import InputError, Loaded
 
 
 def find_pieces(tokens: Sequence[str], pieces: Sequence[str]) -> Optional[list[int]]:
@@ -54,8 +54,8 @@ def word_vectors(model: Loaded, word: str, sentences: Sequence[str],
                        f"at most {model.config.max_len}")
     ids.append(np.asarray(sentence_ids, np.int32))
     where.append(found)
-  per_token = embed.run_model(model.config, model.params["bert"], ids, pooling="none",
-                              layers=(layer,), max_length=model.config.max_len)
+  per_token = encode.run_model(model.config, model.params["bert"], ids, pooling="none",
+                               layers=(layer,), max_length=model.config.max_len)
   return np.stack([per_token[k][w].mean(axis=0) for k, w in enumerate(where)])
 
 

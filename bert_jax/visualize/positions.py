@@ -16,10 +16,10 @@ from typing import Optional
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.inference.loader import InputError, Loaded
 from bert_jax.layers import positional
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.visualize import plot
-from bert_jax.visualize.loader import InputError, Loaded
 
 KINDS = ("sinusoidal", "learned", "rotary", "relative")
 

@@ -9,8 +9,8 @@ from typing import Sequence
 
 import numpy as np
 
+from bert_jax.inference.loader import InputError
 from bert_jax.visualize import plot
-from bert_jax.visualize.loader import InputError
 
 
 def pca_2d(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

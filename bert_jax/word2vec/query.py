@@ -77,6 +77,8 @@ def main(argv):
 
 def entry():
   """The `bert-jax-word2vec-query` console script (and `python -m`)."""
+  from bert_jax import hardware  # pylint: disable=g-import-not-at-top
+  hardware.configure()  # before jax starts a backend
   _define_flags()
   from bert_jax.runtime import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too

@@ -3,7 +3,7 @@
 `python -m bert_jax.main --config configs/word2vec.py --workdir DIR` lands here (the
 registry's TRAINERS: word2vec has no TrainState and no Task). Like BERT's loop it
 writes TensorBoard + metrics.jsonl (train/writer.MetricWriter) and Orbax checkpoints
-(checkpoint.Checkpointer) at every epoch's end, every train.checkpoint_every_steps and at
+(checkpoints.py) at every epoch's end, every train.checkpoint_every_steps and at
 a SIGTERM / Ctrl-C stop, and a rerun resumes from the newest, inside an epoch too. The
 host thread builds the next batch (data.prefetch) while the device runs the sparse step
 of step.py; at the end the vectors are exported and evaluated (vectors.py).
@@ -15,12 +15,7 @@ each host's blocks, so any mesh and process count train what one process trains
 """
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
-import importlib.util
-import json
 import math
-import os
 import time
 from typing import Callable, Optional
 
@@ -28,149 +23,18 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax.checkpoint import manager as ckpt_lib
 from bert_jax.runtime import multihost
 from bert_jax.runtime import parallel
-from bert_jax.layers.config import pad_rows
 from bert_jax.train import wandb_run
 from bert_jax.train.preemption import Preemption
 from bert_jax.train.writer import MetricWriter, log
+from bert_jax.word2vec import checkpoints as w2v_checkpoints
 from bert_jax.word2vec import data as w2v_data
+from bert_jax.hardware import cpu_threads
 from bert_jax.word2vec import model as w2v_model
 from bert_jax.word2vec import schedule as w2v_schedule
 from bert_jax.word2vec import step as step_lib
 from bert_jax.word2vec import vectors as vectors_lib
-
-
-def start_cpu_backend_single_threaded() -> bool:
-  """Starts the XLA:CPU backend with a one-thread intra-op pool, if it has not started.
-
-  XLA:CPU splits large loop fusions (the gathers and scatters here) over a thread pool
-  sized by the CPUs the process may use when the backend starts. For word2vec's short
-  fusions the split costs more CPU than it saves (measured on 2 cores: ~150 -> ~100 CPU ms
-  per 131k pairs), and the second core is better spent building batches on the host.
-  So the backend is started while the process may use one CPU, and every thread created
-  meanwhile gets the full CPU set back. No-op when the backend is already up, without
-  sched_setaffinity, or when the platform is not the CPU (JAX_PLATFORMS names another
-  first, or, unset, an accelerator plugin is installed).
-
-  Returns:
-    whether the backend was started this way.
-  """
-  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
-  if xla_bridge.backends_are_initialized() or not hasattr(os, "sched_setaffinity"):
-    return False
-  platforms = jax.config.jax_platforms or os.environ.get("JAX_PLATFORMS", "")
-  if platforms:
-    if platforms.split(",")[0] != "cpu":
-      return False
-  elif (importlib.metadata.entry_points(group="jax_plugins")
-        or importlib.util.find_spec("libtpu") is not None):
-    return False  # an accelerator plugin is installed: the CPU is not the training device
-  cpus = os.sched_getaffinity(0)
-  one = {min(cpus)}
-  before = set(os.listdir("/proc/self/task"))
-  os.sched_setaffinity(0, one)
-  try:
-    jax.devices()
-  finally:
-    os.sched_setaffinity(0, cpus)
-    for tid in set(os.listdir("/proc/self/task")) - before:
-      try:
-        os.sched_setaffinity(int(tid), cpus)
-      except OSError:
-        pass  # the thread has exited
-  return True
-
-
-class _WorkdirCheckpoints:
-  """The default checkpoint_fn / restore_fn: Orbax checkpoints in workdir/checkpoints.
-
-  Through bert_jax.checkpoint.manager.Checkpointer (keep-last-K, async saves, an unreadable step
-  falls back to the previous one), meta = task, config, vocabulary. One at every epoch's
-  end, and inside an epoch (every train.checkpoint_every_steps, and at a SIGTERM / Ctrl-C
-  stop) with the stream's position in meta["position"] (`save`), from which a rerun goes
-  on after that very batch. The arrays are the same either way, so checkpoints saved
-  before positions existed restore as epoch ends.
-  """
-
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str, vocab, rows: int):
-    t = config.train
-    self.workdir = workdir
-    self.ckpt = ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints"),
-                                      keep=t.keep_checkpoints, async_save=t.async_checkpoints)
-    self.meta = dict(task=config.task, config=config.to_dict(), vocab_size=len(vocab),
-                     vocab_sha256=hashlib.sha256("\n".join(vocab.words).encode()).hexdigest(),
-                     table_rows=rows, embed_dim=config.model.embed_dim)
-    self.position: Optional[dict] = None  # the restored checkpoint's, if inside an epoch
-
-  def save(self, step: int, state: dict, position: Optional[dict] = None) -> None:
-    """position: None at an epoch's end; inside one, the last batch's "position"
-    (data.SkipGramBatches.epoch) plus the epoch's "batches", "words" and "loss_sum" so far."""
-    self.ckpt.save(step, state, dict(self.meta, position=position) if position else self.meta)
-
-  def restore(self, state: dict) -> Optional[dict]:
-    """The newest checkpoint onto `state`'s shapes and shardings (so any mesh), or None."""
-    if self.ckpt.latest_step() is None:
-      return None
-    abstract = jax.tree.map(
-        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), state)
-    this_run = (f"this run has a vocabulary of {self.meta['vocab_size']} words "
-                f"({self.meta['table_rows']} table rows) and model.embed_dim="
-                f"{self.meta['embed_dim']}")
-    advice = (f"The checkpoints in {self.ckpt.directory} were trained with other data "
-              "(data.corpus, data.text_glob, data.min_count) or another model.embed_dim: "
-              "use a new --workdir, or the config they were saved with.")
-    rows = self.meta["table_rows"]
-    saved_rows = (ckpt_lib.newest_meta(self.workdir) or {}).get("table_rows")
-    repad = saved_rows is not None and saved_rows != rows and saved_rows >= self.meta[
-        "vocab_size"]
-    if repad:  # saved on a mesh that padded the tables to other rows: read them unsplit
-      abstract = _with_table_rows(abstract, saved_rows)
-    try:
-      restored, meta, step = self.ckpt.restore(abstract)
-    except ckpt_lib.CheckpointMismatchError as e:
-      raise ckpt_lib.CheckpointMismatchError(f"word2vec: {e}\n{this_run}. {advice}") from e
-    if repad:
-      restored = _to_table_rows(restored, state, self.meta["vocab_size"])
-      log(f"word2vec: checkpoint {self.ckpt.directory}/{step}'s tables have {saved_rows} rows "
-          f"(padded for its mesh); re-padded to this mesh's {rows}")
-    if meta.get("vocab_sha256", self.meta["vocab_sha256"]) != self.meta["vocab_sha256"]:
-      # Same table shapes, other words: rows would silently mean other words.
-      raise ckpt_lib.CheckpointMismatchError(
-          f"word2vec: checkpoint {self.ckpt.directory}/{step} has another vocabulary "
-          f"({meta.get('vocab_size')} words) than this run's; {this_run}. {advice}")
-    changed = _config_changes(meta.get("config", {}), self.meta["config"])
-    if changed:  # e.g. train.epochs: the learning-rate decay now spans another length
-      log("word2vec: config changed since the checkpoint: " + ", ".join(changed))
-    self.position = meta.get("position")
-    return restored
-
-  def close(self) -> None:
-    self.ckpt.close()
-
-
-def _with_table_rows(abstract: dict, rows: int) -> dict:
-  """The abstract state with both tables at `rows` rows, their rows unsplit (`rows` need
-  not divide this mesh's row axis); columns keep their sharding."""
-  def table(a):
-    mesh, spec = a.sharding.mesh, a.sharding.spec
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, *spec[1:]))
-    return jax.ShapeDtypeStruct((rows,) + a.shape[1:], a.dtype, sharding=sharding)
-  return dict(abstract, params={k: table(v) for k, v in abstract["params"].items()})
-
-
-def _to_table_rows(restored: dict, like: dict, vocab_size: int) -> dict:
-  """`restored`'s tables cut to the vocabulary's rows and zero-padded to `like`'s (the
-  padding rows are never an index), on `like`'s shardings."""
-  def table(saved, want):
-    if not saved.is_fully_addressable:  # columns split over several processes
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-      saved = multihost_utils.process_allgather(saved, tiled=True)
-    return jax.device_put(pad_rows(np.asarray(saved)[:vocab_size], want.shape[0]),
-                          want.sharding)
-  return dict(restored, params={k: table(restored["params"][k], like["params"][k])
-                                for k in like["params"]})
 
 
 # Settings that count something: below 1 there is nothing to train (embed_dim=0 was a
@@ -189,19 +53,6 @@ def check_counts(config: ml_collections.ConfigDict) -> None:
   if not config.train.alpha > 0 or not config.train.min_alpha >= 0:
     raise ValueError(f"word2vec: train.alpha={config.train.alpha!r} must be > 0 and "
                      f"train.min_alpha={config.train.min_alpha!r} >= 0.")
-
-
-def _config_changes(saved: dict, now: dict, prefix: str = "") -> list[str]:
-  """`key old -> new` for the leaves that differ (JSON-normalized, tuples as lists)."""
-  saved, now = json.loads(json.dumps(saved)), json.loads(json.dumps(now))
-  out = []
-  for k in sorted(set(saved) | set(now)):
-    a, b = saved.get(k), now.get(k)
-    if isinstance(a, dict) and isinstance(b, dict):
-      out += _config_changes(a, b, f"{prefix}{k}.")
-    elif a != b:
-      out.append(f"{prefix}{k} {a} -> {b}")
-  return out
 
 
 def _to_host(table: jax.Array) -> np.ndarray:
@@ -261,7 +112,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   """
   d, t = config.data, config.train
   if t.single_thread_xla_cpu:  # before anything starts the backend (process_count does)
-    start_cpu_backend_single_threaded()
+    cpu_threads.start_cpu_backend_single_threaded()
   # Settings checked before the corpus is read (seconds on a real corpus).
   w2v_schedule.check_lr_decay(t.lr_decay)
   w2v_model.check_init_scale(config.model.init_scale)
@@ -292,7 +143,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
   log_fn = log_fn or writer.write_scalars
   ckpt = None
   if checkpoint_fn is None and restore_fn is None and t.checkpoint:
-    ckpt = _WorkdirCheckpoints(config, workdir, vocab,
+    ckpt = w2v_checkpoints.WorkdirCheckpoints(config, workdir, vocab,
                                step_lib.padded_vocab_size(len(vocab), mesh))
     checkpoint_fn, restore_fn = ckpt.save, ckpt.restore
   if writer is not None:  # each step logged once, also when a killed run is rerun
@@ -317,7 +168,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str,
 
 def _train_export_evaluate(config, workdir, vocab, batches, mesh, state, state_shardings,
                            log_fn, checkpoint_fn, restore_fn,
-                           inside: Optional[_WorkdirCheckpoints]) -> dict:
+                           inside: Optional[w2v_checkpoints.WorkdirCheckpoints]) -> dict:
   """train_and_evaluate after the setup: restore, train the remaining epochs, export.
   inside: the workdir checkpoints, which also save and resume inside an epoch (None with
   the caller's hooks: those see epoch ends only)."""

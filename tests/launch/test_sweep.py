@@ -1,3 +1,4 @@
+import importlib
 import importlib.util
 import json
 import os
@@ -10,11 +11,15 @@ import pytest
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 
 
-def _sweep_module():
-  spec = importlib.util.spec_from_file_location("sweep", os.path.join(ROOT, "launch", "sweep.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+LAUNCH = os.path.join(ROOT, "launch")
+
+
+def _launch_module(name: str = "sweep"):
+  """launch/<name>.py as the script sees it: launch/ on sys.path, so sweep.py's modules
+  beside it (sweep_points, sweep_aot) import by name."""
+  if os.path.abspath(LAUNCH) not in map(os.path.abspath, sys.path):
+    sys.path.insert(0, os.path.abspath(LAUNCH))
+  return importlib.import_module(name)
 
 
 def test_dry_run_prints_one_command_per_point_with_distinct_workdirs():
@@ -31,8 +36,8 @@ def test_dry_run_prints_one_command_per_point_with_distinct_workdirs():
 
 
 def test_product_zip_and_launchers():
-  sw = _sweep_module()
-  h = sw.hyper
+  sw = _launch_module()
+  h = _launch_module("sweep_points").hyper
   pts = h.product([h.sweep("config.a", [1, 2]), h.sweep("config.b", ["x"])])
   assert pts == [{"config.a": 1, "config.b": "x"}, {"config.a": 2, "config.b": "x"}]
   assert h.zipit([h.sweep("config.a", [1, 2]), h.sweep("config.b", [3, 4])])[1] == {
@@ -54,14 +59,14 @@ def test_missing_config_is_a_clear_error():
 
 def test_an_unknown_config_arg_fails_before_any_run():
   """`configs/bert_base.py:nope` printed (and would start) 6 runs that each failed."""
-  sw = _sweep_module()
+  pts = _launch_module("sweep_points")
   with pytest.raises(ValueError, match="unknown arg 'nope'"):
-    sw.load_sweep(os.path.join(ROOT, "configs", "bert_base.py:nope"))
-  assert len(sw.load_sweep(os.path.join(ROOT, "configs", "bert_base.py:mlm_only"))) == 6
+    pts.load_sweep(os.path.join(ROOT, "configs", "bert_base.py:nope"))
+  assert len(pts.load_sweep(os.path.join(ROOT, "configs", "bert_base.py:mlm_only"))) == 6
 
 
 def test_aot_table_lists_points_and_the_largest_fitting_batch_per_strategy():
-  sw = _sweep_module()
+  aot = _launch_module("sweep_aot")
   gib = 2 ** 30
   def row(mesh, batch, fits, total=None):
     r = {"overrides": {"config.mesh_shape": mesh, "config.train.batch_size": batch},
@@ -79,7 +84,7 @@ def test_aot_table_lists_points_and_the_largest_fitting_batch_per_strategy():
   rows = [row((-1, 1, 1), 256, True, 9.5), row((-1, 1, 1), 1024, False, 17.0),
           row((1, -1, 1), 256, True, 3.0), row((1, -1, 1), 1024, True, 12.0),
           row((1, -1, 1), 4096, False)]
-  table = sw.aot_table(rows, "v5e-256")
+  table = aot.aot_table(rows, "v5e-256")
   assert "| -1x1x1 | 1024 | no | 17.00 GiB | 16.00 | 226/867 / 390/1217 / 0 / 0 / 0 | 50.0 | 12 |" in table
   assert ("| 1x-1x1 | 4096 | no | needs >= 19.67 GiB per chip of 16.0 GiB; dominant term: "
           "temporaries 19.67 GiB | >= 19.67 |  |  | 12 |") in table
@@ -88,23 +93,23 @@ def test_aot_table_lists_points_and_the_largest_fitting_batch_per_strategy():
 
 
 def test_sweep_sets_nested_locked_config_keys():
-  sw = _sweep_module()
+  pts = _launch_module("sweep_points")
   spec = importlib.util.spec_from_file_location("bl", os.path.join(ROOT, "configs", "bert_large.py"))
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
   config = mod.get_config("s512")
   config.lock()
-  sw._set(config, "config.model.remat_policy", "full")
-  sw._set(config, "config.mesh_shape", [1, -1, 1])
+  pts.set_key(config, "config.model.remat_policy", "full")
+  pts.set_key(config, "config.mesh_shape", [1, -1, 1])
   assert config.model.remat_policy == "full" and config.mesh_shape == (1, -1, 1)
   assert [dict(p)["max_seq_length"] for p in config.train.phases] == [512]
-  assert len(mod.get_sweep(sw.hyper)) == 36
+  assert len(mod.get_sweep(pts.hyper)) == 36
 
 
 def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypatch, tmp_path):
   """bert_large.py's get_sweep through aot_rows with the compile replaced by a rule:
   fits below 1024 rows unless remat is 'none' (then below 256)."""
-  sw = _sweep_module()
+  aot = _launch_module("sweep_aot")
   from bert_jax.aot import check as check_lib, report as report_lib
   compiled = []
 
@@ -127,14 +132,14 @@ def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypat
   config = os.path.join(ROOT, "configs", "bert_large.py:s512")
   # A sweep stopped after its first strategy (remat none on the first mesh), with the
   # line it was writing cut short by the kill ...
-  sw.aot_rows(config, "v5e-256", [], jsonl=str(jsonl),
+  aot.aot_rows(config, "v5e-256", [], jsonl=str(jsonl),
               where=("config.mesh_shape=-1x1x1", "config.model.remat_policy=none"))
   assert len(compiled) == 1
   with open(jsonl, "a", encoding="utf-8") as f:
     f.write('{"overrides": {"config.mesh_shape": [-1, 1, 1], "config.model.remat')
   # ... resumes when rerun: that strategy's points come from the file, not compiled again.
   compiled.clear()
-  rows = sw.aot_rows(config, "v5e-256", [], jsonl=str(jsonl))
+  rows = aot.aot_rows(config, "v5e-256", [], jsonl=str(jsonl))
   assert len(rows) == 36
   # Each row was written as it came: a sweep stopped midway keeps its points.
   # The cut line stays alone; the rerun's rows follow it whole, all but the one reused.
@@ -149,29 +154,29 @@ def test_aot_sweep_skips_larger_batches_of_a_strategy_that_did_not_fit(monkeypat
   skipped = [r for r in rows if r.get("skipped")]
   assert len(skipped) == 36 - 20 and all(r["fits"] is False for r in skipped)
   assert skipped[0]["error"] == "not compiled: batch 256 already does not fit"
-  table = sw.aot_table(rows, "v5e-256")
+  table = aot.aot_table(rows, "v5e-256")
   best = table.split("largest global batch")[1]
   assert "| -1x8x1, none | none of the swept |" in best
   assert "| -1x8x1, full | 256 |" in best
   assert "| -1x8x4, full | 256 |" in best   # tensor-parallel: the vocabulary pads itself
   # Another topology or other flags compile again.
   compiled.clear()
-  sw.aot_rows(config, "v5p-128", [], jsonl=str(jsonl),
+  aot.aot_rows(config, "v5p-128", [], jsonl=str(jsonl),
               where=("config.mesh_shape=-1x1x1", "config.model.remat_policy=none"))
-  sw.aot_rows(config, "v5e-256", ["--config.seed=1"], jsonl=str(jsonl),
+  aot.aot_rows(config, "v5e-256", ["--config.seed=1"], jsonl=str(jsonl),
               where=("config.mesh_shape=-1x1x1", "config.model.remat_policy=none"))
   assert len(compiled) == 2
 
 
 def test_where_selects_points_by_their_table_cells():
-  sw = _sweep_module()
-  points = sw.load_sweep(os.path.join(ROOT, "configs", "bert_large.py:s512"))
-  got = sw.select(points, ["config.model.remat_policy=dots_no_batch|full",
+  pts = _launch_module("sweep_points")
+  points = pts.load_sweep(os.path.join(ROOT, "configs", "bert_large.py:s512"))
+  got = pts.select(points, ["config.model.remat_policy=dots_no_batch|full",
                            "config.mesh_shape=-1x8x4"])
   assert len(got) == 6 and {p["config.train.batch_size"] for p in got} == {256, 1024, 4096}
   assert all(p["config.mesh_shape"] == (-1, 8, 4) for p in got)
   try:
-    sw.select(points, ["config.model.nope=1"])
+    pts.select(points, ["config.model.nope=1"])
   except ValueError as e:
     assert "config.model.nope=1" in str(e) and "config.model.remat_policy" in str(e)
   else:
@@ -227,12 +232,13 @@ def test_where_selects_runs_keeping_their_workdirs():
 
 def test_the_docstrings_example_configs_define_a_sweep():
   """The help's local example used configs/bert_tiny.py, which has no get_sweep."""
-  sw = _sweep_module()
+  sw = _launch_module()
+  pts = _launch_module("sweep_points")
   examples = [line.split("--config ")[1].split()[0] for line in sw.__doc__.splitlines()
               if "launch/sweep.py --config" in line]
   assert len(examples) == 3
   for config in examples:
-    assert sw.load_sweep(os.path.join(ROOT, config)), config
+    assert pts.load_sweep(os.path.join(ROOT, config)), config
   res = _sweep("--config", "configs/bert_tiny.py", "--workdir_root", "/tmp/sw", "--dry_run")
   assert res.returncode == 2 and res.stderr == (
       "error: configs/bert_tiny.py defines no get_sweep(hyper); configs that do: "
@@ -242,11 +248,11 @@ def test_the_docstrings_example_configs_define_a_sweep():
 def test_a_where_value_no_point_has_is_an_error_and_tuples_may_be_written_as_such():
   """`--where config.mesh_shape=(-1,8,4)` (the override's spelling) selected nothing: an
   empty dry run or --aot table, exit 0."""
-  sw = _sweep_module()
-  points = sw.load_sweep(os.path.join(ROOT, "configs", "bert_large.py:s512"))
-  assert sw.select(points, ["config.mesh_shape=(-1, 8, 4)"]) == sw.select(
+  pts = _launch_module("sweep_points")
+  points = pts.load_sweep(os.path.join(ROOT, "configs", "bert_large.py:s512"))
+  assert pts.select(points, ["config.mesh_shape=(-1, 8, 4)"]) == pts.select(
       points, ["config.mesh_shape=-1x8x4"])
-  assert len(sw.select(points, ["config.mesh_shape=(-1,8,4)|-1x1x1"])) == 18
+  assert len(pts.select(points, ["config.mesh_shape=(-1,8,4)|-1x1x1"])) == 18
   res = _sweep("--config", "configs/bert_large.py:s512", "--workdir_root", "/tmp/sw",
                "--dry_run", "--where", "config.model.remat_policy=ful")
   assert res.returncode == 2 and res.stdout == ""
@@ -282,10 +288,10 @@ def test_ctrl_c_lets_a_local_run_save_and_stops_the_sweep(tmp_path):
   saved = tmp_path / "saved"
   # A terminal's Python turns SIGINT into KeyboardInterrupt; a test run started in the
   # background inherits SIGINT ignored (POSIX shells do that to `&` jobs), so say it here.
-  parent = (f"import importlib.util, signal, sys\n"
+  parent = (f"import signal, sys\n"
             f"signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-            f"spec = importlib.util.spec_from_file_location('sweep', {os.path.join(ROOT, 'launch', 'sweep.py')!r})\n"
-            f"m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+            f"sys.path.insert(0, {os.path.abspath(LAUNCH)!r})\n"
+            f"import sweep as m\n"
             f"print(m.run_to_end([sys.executable, '-c', {CHILD!r}, {str(saved)!r}]), flush=True)\n")
   proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True,
                           start_new_session=True)

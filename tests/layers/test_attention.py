@@ -4,7 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax import kernels
+from bert_jax.kernels import masks
+from bert_jax.kernels import reference
 from bert_jax.layers import attention as A
+from bert_jax.layers.additive import AdditiveAttention
 from bert_jax.layers.config import TransformerConfig
 
 
@@ -37,9 +41,9 @@ def qkv():
 def test_dot_product_attention_with_padding_and_causal_masks(qkv, impl):
   q, k, v = qkv
   input_mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
-  mask = A.combine_masks(A.padding_mask(jnp.asarray(input_mask)), A.causal_mask(5))
+  mask = masks.combine_masks(masks.padding_mask(jnp.asarray(input_mask)), masks.causal_mask(5))
   expect, _ = np_attention(q, k, v, np.asarray(mask))
-  got = A.dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), mask=mask,
+  got = kernels.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), mask=mask,
                                 implementation=impl)
   np.testing.assert_allclose(got, expect, atol=1e-5)
 
@@ -48,7 +52,7 @@ def test_reference_attention_returns_weights_and_bias(qkv):
   q, k, v = qkv
   bias = np.random.default_rng(1).normal(size=(1, 3, 5, 5)).astype(np.float32)
   expect, expect_w = np_attention(q, k, v, bias=bias)
-  got, w = A.reference_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v),
+  got, w = reference.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v),
                                  bias=jnp.asarray(bias))
   np.testing.assert_allclose(got, expect, atol=1e-5)
   np.testing.assert_allclose(w, expect_w, atol=1e-6)
@@ -59,47 +63,17 @@ def test_reference_attention_returns_weights_and_bias(qkv):
 def test_fully_masked_rows_never_nan(qkv, impl):
   q, k, v = qkv
   mask = jnp.zeros((2, 1, 5, 5), bool).at[0, :, :2].set(True)  # batch 1: nothing allowed
-  out = A.dot_product_attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), mask=mask,
+  out = kernels.attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), mask=mask,
                                 implementation=impl)
   assert np.isfinite(np.asarray(out)).all()
 
 
 def test_segment_mask_is_block_diagonal_and_ignores_padding():
   seg = jnp.array([[1, 1, 2, 2, 0]])
-  m = np.asarray(A.segment_mask(seg))[0, 0]
+  m = np.asarray(masks.segment_mask(seg))[0, 0]
   expect = np.array([[1, 1, 0, 0, 0], [1, 1, 0, 0, 0], [0, 0, 1, 1, 0], [0, 0, 1, 1, 0],
                      [0, 0, 0, 0, 0]], bool)
   np.testing.assert_array_equal(m, expect)
-
-
-@pytest.mark.parametrize("crossing", [False, True])
-def test_rows_in_blocks_attend_block_by_block_with_the_same_outputs(crossing):
-  """Packed rows of 8 whose documents lie within blocks of 4 (row_mask's in_blocks):
-  attention runs on [batch * 2, 4] rows (jax.lax.cond on device) and gives the textbook
-  outputs and the whole rows' gradients; one document across the boundary (crossing)
-  turns it off, and the whole rows give the same textbook outputs."""
-  from bert_jax.layers import dot_product  # pylint: disable=g-import-not-at-top
-  seg = np.array([[1, 1, 1, 2, 3, 3, 0, 0], [1, 2, 2, 2, 3, 3, 3, 3]], np.int32)
-  if crossing:
-    seg[1] = [1, 2, 2, 2, 2, 3, 3, 3]
-  ids = jnp.asarray(seg)
-  mask = A.row_mask(jnp.asarray(seg > 0), ids, block=4)
-  assert mask.block == 4 and bool(mask.in_blocks) is not crossing
-  assert A.row_mask(jnp.asarray(seg > 0), ids, block=3).in_blocks is None  # 3 !| 8
-  rng = np.random.default_rng(1)
-  q, k, v = (rng.normal(size=(2, 8, 2, 4)).astype(np.float32) for _ in range(3))
-  dense = np.asarray(A.segment_mask(ids, ids))
-  want, _ = np_attention(q, k, v, dense)
-  real = (seg > 0)[:, :, None, None]
-  whole = mask.replace(block=0, in_blocks=None)
-  runs = []
-  for m in (mask, whole):
-    f = jax.jit(lambda q, k, v, m=m: dot_product.dot_product_attention(q, k, v, mask=m))
-    np.testing.assert_allclose(np.asarray(f(q, k, v)) * real, want * real, atol=1e-5)
-    runs.append(jax.grad(lambda q, k, v, f=f: jnp.sum(f(q, k, v) * real * np.arange(4)),
-                         argnums=(0, 1, 2))(q, k, v))
-  for got, ref in zip(*runs):
-    np.testing.assert_allclose(got, ref, atol=1e-6)
 
 
 def test_additive_attention_matches_concat_formula():
@@ -109,7 +83,7 @@ def test_additive_attention_matches_concat_formula():
   vals = rng.normal(size=(2, 6, 7)).astype(np.float32)
   mask = np.ones((2, 3, 6), bool)
   mask[1, :, 4:] = False
-  module = A.AdditiveAttention(units=8)
+  module = AdditiveAttention(units=8)
   params = nn.meta.unbox(module.init(jax.random.key(0), q, k, vals)["params"])
   ctx, w = module.apply({"params": params}, q, k, vals, jnp.asarray(mask))
   w_a, v_a = np.asarray(params["W_a"], np.float64), np.asarray(params["v_a"], np.float64)
@@ -151,7 +125,7 @@ def test_attention_weights_are_sown_for_interpretability():
   x = jnp.ones((1, 3, 8))
   mha = A.MultiHeadAttention(cfg)
   v = mha.init(jax.random.key(0), x)
-  _, state = mha.apply(v, x, mask=A.causal_mask(3), return_weights=True,
+  _, state = mha.apply(v, x, mask=masks.causal_mask(3), return_weights=True,
                        mutable=["intermediates"])
   (w,) = state["intermediates"]["attention_weights"]
   assert w.shape == (1, 2, 3, 3)

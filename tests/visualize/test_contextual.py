@@ -20,14 +20,14 @@ def test_bank_river_vs_money_real_minilm(minilm):
 
 
 def test_pieces_are_averaged_and_match_embed_per_token_vectors(minilm):
-  from bert_jax import embed  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import encode  # pylint: disable=g-import-not-at-top
   sentence = "contextual embeddings differ"
   got = contextual.word_vectors(minilm, "embeddings", [sentence])[0]
   ids = np.array(minilm.tokenizer.encode(f"[CLS] {sentence} [SEP]",
                                          add_special_tokens=False).ids, np.int32)
   tokens = minilm.tokenizer.encode("embeddings", add_special_tokens=False).tokens
   assert len(tokens) > 1                                           # a split word
-  vectors = embed.run_model(minilm.config, minilm.params["bert"], [ids], pooling="none")[0]
+  vectors = encode.run_model(minilm.config, minilm.params["bert"], [ids], pooling="none")[0]
   where = contextual.find_pieces(minilm.tokenizer.encode(
       f"[CLS] {sentence} [SEP]", add_special_tokens=False).tokens, tokens)
   np.testing.assert_allclose(got, vectors[where].mean(0), atol=1e-6)

@@ -34,7 +34,7 @@ import numpy as np
 
 from bert_jax.runtime import paths
 from bert_jax.data import sampling
-from bert_jax.layers.stacks import unrolled_to_scan
+from bert_jax.layers.scan_layout import unrolled_to_scan
 from bert_jax.tasks.finetune import packing
 from bert_jax.train import losses
 from bert_jax.train.defaults import for_platform, transformer_config
@@ -143,7 +143,6 @@ class FinetuneTask:
     if self.packing and self.max_per_row < 1:
       raise ValueError(f"data.max_examples_per_row={self.max_per_row} must be >= 1.")
     self.block = packing_block(config.data, self.seq_len, self.max_per_row) if self.packing else 0
-    self.model_config = self.model_config.replace(attention_block=self.block)
     self.model = self.build_model(self.model_config)
     self.eval_model = self.build_model(self.model_config.replace(deterministic=True))
     self.train_features: dict = {}

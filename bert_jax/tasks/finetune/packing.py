@@ -21,11 +21,11 @@ Batch dict (R rows, L = data.max_seq_length, K = data.max_examples_per_row):
 Per-example arrays are flat, R*K long, so the losses, metrics and `ordered` of the
 padded path apply to them unchanged (logits come back [R*K, classes]).
 
-Rows in blocks (data.packing_block, default half of a row of >= 128 tokens): a row of
-128 holds ~4.5 sentences, so attention over the whole row computes ~4.5x the scores the
-sentences need. Sentences of at most a block are packed into blocks (PackPlan), and a
-batch of such rows attends block by block (TransformerConfig.attention_block): the same
-outputs, half the attention's work at blocks of 64.
+Rows in blocks (data.packing_block, default half of a row of >= 128 tokens): sentences
+of at most a block are packed into blocks (PackPlan), so no document of those rows
+crosses a block boundary. The attention reads whole rows either way (segment ids keep
+the documents apart); an attention that ran such rows block by block was XLA:CPU tuning
+and is gone (git history: layers/dot_product.py).
 
 Training: the packing depends only on the sorted lengths, so every epoch has the same
 rows M; an epoch is ceil(M / global rows) batches (PackPlan.epoch_batches: whole rows
@@ -57,9 +57,8 @@ class PackPlan:
   Examples longer than a block open whole rows (FFD), shorter ones first fill those
   rows' free tokens, and the rest are packed by FFD into bins of `block` tokens,
   row_length / block bins a row, each bin at most max_per_row / (row_length / block)
-  examples. No document then crosses a block boundary of those rows, so a batch of them
-  attends block by block (TransformerConfig.attention_block, decided per batch on
-  device). Rows [0, num_whole) are the whole rows, the rest the rows in blocks.
+  examples. No document then crosses a block boundary of those rows. Rows
+  [0, num_whole) are the whole rows, the rest the rows in blocks.
   """
 
   def __init__(self, features: dict, row_length: int, max_per_row: int, block: int = 0):

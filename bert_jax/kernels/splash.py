@@ -4,13 +4,13 @@
 (online softmax), so the [batch, heads, q_len, kv_len] scores and probabilities never sit
 in HBM, forward or backward (it saves only the output and a log-sum-exp per query). Its
 masks are a static per-head pattern (full or causal here) AND segment ids (q_id == kv_id),
-which is why models pass `attention.SegmentMask` rather than bools.
+which is why models pass `kernels.masks.SegmentMask` rather than bools.
 
 A Mosaic kernel cannot be partitioned by XLA's SPMD partitioner, so on a mesh it runs in
 `jax.shard_map`: rows over the batch axes (data, fsdp) and heads over `tensor`, as the
-logical rules in parallel.py map "batch" and "heads"; each device sees whole sequences, so
+logical rules in runtime/sharding.py map "batch" and "heads"; each device sees whole sequences, so
 attention needs no collective at all. On CPU the same kernel runs in Pallas interpret
-mode (tests/layers/test_splash.py checks it against the XLA path).
+mode (tests/kernels/test_splash.py checks it against the reference).
 
 What it needs: lengths in blocks of 128 positions (shorter or ragged lengths are padded
 here, the padding masked, so S=100 costs what S=128 does); no additive bias (relative
@@ -26,7 +26,8 @@ import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec as P
 
-from bert_jax.runtime import parallel
+from bert_jax.runtime import sharding
+from bert_jax.runtime import tracing
 
 Array = jax.Array
 
@@ -34,12 +35,12 @@ LANES = 128       # the kernel's key-block granularity: lengths are padded to a 
 MAX_BLOCK = 512   # the largest block tried (MaxText's TPU default); VMEM, not HBM
 _PAD_Q_ID = -2    # segment ids of padded positions: never equal to each other or to a real id
 _PAD_KV_ID = -3
-_NO_KEY_ID = -1   # kv id 0 (padding) matches no query, as in attention.segment_mask
+_NO_KEY_ID = -1   # kv id 0 (padding) matches no query, as in masks.segment_mask
 
 
 def unsupported(query: Array, value: Array, bias, bool_mask, dropout_active: bool) -> str:
   """Why splash cannot compute this attention here ("" when it can). bool_mask: a mask
-  given as bools (not as an attention.SegmentMask), which splash cannot take."""
+  given as bools (not as a masks.SegmentMask), which splash cannot take."""
   if dropout_active:
     return ("it has no attention dropout: set model.attention_dropout_rate=0 (or "
             "model.attention_impl='xla')")
@@ -47,11 +48,11 @@ def unsupported(query: Array, value: Array, bias, bool_mask, dropout_active: boo
     return ("it takes no additive bias (model.position='relative'): use "
             "model.attention_impl='xla'")
   if bool_mask is not None:
-    return (f"it needs the mask as segment ids (attention.SegmentMask), not bools of shape "
+    return (f"it needs the mask as segment ids (masks.SegmentMask), not bools of shape "
             f"{tuple(bool_mask.shape)}")
   if query.shape[-1] != value.shape[-1]:
     return f"it needs d_k == d_v, got {query.shape[-1]} and {value.shape[-1]}"
-  platform = parallel.trace_platform()
+  platform = tracing.trace_platform()
   if platform not in ("tpu", "cpu"):
     return f"it is a TPU kernel (interpreted on CPU), not one for {platform}"
   mesh = jax.sharding.get_abstract_mesh()
@@ -59,7 +60,7 @@ def unsupported(query: Array, value: Array, bias, bool_mask, dropout_active: boo
     # Unsharded: fine on one device; on several (an init jitted without the mesh) the
     # partitioner would have to split the kernel, which it cannot.
     return "" if jax.device_count() == 1 or platform == "cpu" else (
-        "it must run under a mesh (parallel.traced_on) on several devices")
+        "it must run under a mesh (tracing.traced_on) on several devices")
   batch_ways = math.prod(mesh.shape[a] for a in _axes("batch"))
   head_ways = math.prod(mesh.shape[a] for a in _axes("heads"))
   if query.shape[0] % batch_ways:
@@ -71,8 +72,8 @@ def unsupported(query: Array, value: Array, bias, bool_mask, dropout_active: boo
 
 
 def _axes(logical: str) -> tuple[str, ...]:
-  """The mesh axes a logical name maps to under parallel.LOGICAL_RULES."""
-  axes = dict(parallel.LOGICAL_RULES)[logical]
+  """The mesh axes a logical name maps to under sharding.LOGICAL_RULES."""
+  axes = dict(sharding.LOGICAL_RULES)[logical]
   return (axes,) if isinstance(axes, str) else tuple(axes or ())
 
 
@@ -127,7 +128,7 @@ def splash_attention(query: Array, key: Array, value: Array, mask=None,
 
   Args:
     query: [batch, q_len, heads, d]; key, value: [batch, kv_len, heads, d].
-    mask: an attention.SegmentMask or None (every key).
+    mask: a masks.SegmentMask or None (every key).
 
   Returns:
     [batch, q_len, heads, d] in `dtype`. A query with no allowed key (a padded one)
@@ -145,7 +146,7 @@ def splash_attention(query: Array, key: Array, value: Array, mask=None,
   k = _pad_to_lanes(key.astype(dtype).transpose(0, 2, 1, 3), 2)
   v = _pad_to_lanes(value.astype(dtype).transpose(0, 2, 1, 3), 2)
 
-  interpret = parallel.trace_platform() == "cpu"
+  interpret = tracing.trace_platform() == "cpu"
   def local(q, k, v, *ids):
     return _local_attention(q, k, v, ids or None, causal=causal, interpret=interpret)
 

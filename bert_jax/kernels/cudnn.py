@@ -22,7 +22,7 @@ natively (`arguments`):
 Attention dropout: the public function has none (the private one takes a static Python
 seed, so the same dropout pattern every step unless XLA varies it, which nothing here can
 check without a GPU), so an active attention dropout takes the written-out path, and the
-run's start-up line says so (dot_product.describe_path).
+run's start-up line says so (kernels.describe_path).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import logging
 import jax
 import jax.numpy as jnp
 
-from bert_jax.layers import masks as masks_lib
+from bert_jax.kernels import masks as masks_lib
 
 Array = jax.Array
 

@@ -1,7 +1,7 @@
 """Attention masks: bools broadcast to [batch, heads, q_len, kv_len] (True where attention
 is allowed), and `SegmentMask`, the same masks kept as segment ids, which the fused kernels
 take without the [batch, 1, q_len, kv_len] bools (splash: segment ids; cuDNN: sequence
-lengths and its causal mask type, layers/cudnn.py)."""
+lengths and its causal mask type, kernels/cudnn.py)."""
 from __future__ import annotations
 
 import functools
@@ -47,7 +47,7 @@ def segment_mask(query_segments: Array, key_segments: Array | None = None) -> Ar
 class SegmentMask:
   """A mask kept as segment ids: query i may attend key j when q_ids[i] == kv_ids[j] > 0
   (and j <= i when causal), i.e. `segment_mask` (& `causal_mask`) without the
-  [batch, 1, q_len, kv_len] bools, which splash attention (layers/splash.py) never builds.
+  [batch, 1, q_len, kv_len] bools, which splash attention (kernels/splash.py) never builds.
 
   q_ids [batch, q_len] / kv_ids [batch, kv_len] int; q_ids None: every query (a key
   padding mask: kv_ids = input_mask); both None: no mask beyond `causal`. Every mask a
@@ -56,12 +56,6 @@ class SegmentMask:
   q_ids: Optional[Array] = None
   kv_ids: Optional[Array] = None
   causal: bool = flax.struct.field(pytree_node=False, default=False)
-  # Packed rows laid out in blocks (tasks/finetune/packing.py): `in_blocks` (a traced
-  # bool) says that no document of any row crosses a multiple of `block` tokens, so
-  # attention within each block is the same attention (dot_product.py then runs it on
-  # [batch * len / block, block] rows: a fraction block / len of the scores).
-  block: int = flax.struct.field(pytree_node=False, default=0)
-  in_blocks: Optional[Array] = None
 
   def dense(self, q_len: int, kv_len: int) -> Optional[Array]:
     """The same mask as bools broadcastable to [batch, 1, q_len, kv_len] (None: none)."""
@@ -79,26 +73,15 @@ def as_dense(mask, q_len: int, kv_len: int) -> Optional[Array]:
   return mask.dense(q_len, kv_len) if isinstance(mask, SegmentMask) else mask
 
 
-def row_mask(input_mask: Array | None = None, packed_segment_ids: Array | None = None,
-             block: int = 0) -> SegmentMask | None:
+def row_mask(input_mask: Array | None = None,
+             packed_segment_ids: Array | None = None) -> SegmentMask | None:
   """Self-attention over a row as segment ids: real keys only (input_mask [batch, len]),
   and with packed rows only those of the query's document (packed_segment_ids, 0 = pad).
-  The same mask as padding_mask(input_mask) & segment_mask(packed_segment_ids).
-
-  block (packed rows whose length it divides): the mask also says whether every
-  document of the batch lies within one block of `block` tokens (SegmentMask.in_blocks)."""
+  The same mask as padding_mask(input_mask) & segment_mask(packed_segment_ids)."""
   if packed_segment_ids is None:
     return None if input_mask is None else SegmentMask(None, input_mask)
   keys = packed_segment_ids if input_mask is None else packed_segment_ids * (input_mask > 0)
-  length = packed_segment_ids.shape[1]
-  if not block or block >= length or length % block:
-    return SegmentMask(packed_segment_ids, keys)
-  # A document crosses the boundary before token t = block, 2 * block, ... when tokens
-  # t - 1 and t carry its id.
-  before = packed_segment_ids[:, block - 1:-1:block]                 # [batch, len / block - 1]
-  after = packed_segment_ids[:, block::block]
-  in_blocks = ~jnp.any((before == after) & (after > 0))
-  return SegmentMask(packed_segment_ids, keys, block=block, in_blocks=in_blocks)
+  return SegmentMask(packed_segment_ids, keys)
 
 
 def add_causal(mask, length: int):

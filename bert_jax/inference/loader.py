@@ -1,4 +1,5 @@
-"""One loader for every picture: "our workdir or a Hugging Face directory" -> model + tokenizer.
+"""One loader for every reader of a trained model (fill-mask, the pictures, the Python API):
+"our workdir or a Hugging Face directory" -> model + tokenizer.
 
 BERT comes from an HF BERT directory (config.json + model.safetensors + vocab) or one of our
 pretraining / fine-tuning checkpoints; the encoder-decoder and GPT come from our workdirs

@@ -1,4 +1,4 @@
-"""layers/dense.py: the 2-D gradient equals jax's own gradient of lax.dot_general."""
+"""hardware/cpu_dense.py (installed by hardware.configure on CPU, as tests/conftest.py does) and layers/dense.py: the 2-D gradients equal jax's own gradient of lax.dot_general."""
 import functools
 
 import flax.linen as nn
@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from jax import lax
 
+from bert_jax.hardware import cpu_dense
 from bert_jax.layers import dense
+from bert_jax.layers import embedding
 
 
 @pytest.mark.parametrize("x_shape,w_shape,n", [
@@ -29,16 +31,16 @@ def test_value_and_gradients_match_lax(x_shape, w_shape, n):
     return lambda x, w: jnp.sum(fn(x, w, dims) * probe)
 
   want_y = lax.dot_general(x, w, dims)
-  got_y = dense.dot_general(x, w, dims)
+  got_y = cpu_dense.dot_general(x, w, dims)
   np.testing.assert_array_equal(got_y, want_y)  # the forward pass is lax's, unchanged
   want = jax.grad(loss(lax.dot_general), argnums=(0, 1))(x, w)
-  got = jax.grad(loss(dense.dot_general), argnums=(0, 1))(x, w)
+  got = jax.grad(loss(cpu_dense.dot_general), argnums=(0, 1))(x, w)
   for g, e in zip(got, want):
     assert g.shape == e.shape and g.dtype == e.dtype
     np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("inner", [None, dense.dot_general], ids=["lax", "grad_2d"])
+@pytest.mark.parametrize("inner", [None, cpu_dense.dot_general], ids=["lax", "grad_2d"])
 @pytest.mark.parametrize("x_shape,w_shape,n", [
     ((2, 3, 5), (5, 4, 3), 1),           # q/k/v: [batch, len, embed] -> [batch, len, heads, d]
     ((2, 3, 4, 3), (4, 3, 5), 2),        # W^O: [batch, len, heads, d] -> [batch, len, embed]
@@ -72,7 +74,7 @@ def test_other_contractions_fall_back_to_lax():
   x, w = jnp.ones((3, 4, 5)), jnp.ones((3, 5, 6))
   dims = (((2,), (1,)), ((0,), (0,)))  # a batched matmul: not a dense layer
   assert dense._is_dense(x.ndim, dims) == 0  # pylint: disable=protected-access
-  np.testing.assert_array_equal(dense.dot_general(x, w, dims), lax.dot_general(x, w, dims))
+  np.testing.assert_array_equal(cpu_dense.dot_general(x, w, dims), lax.dot_general(x, w, dims))
   assert dense._is_dense(2, (((0,), (0,)), ((), ()))) == 0  # contracts x's leading dim
 
 
@@ -80,7 +82,7 @@ def test_flax_layers_with_it_train_like_the_defaults_in_bf16():
   x = jax.random.normal(jax.random.key(1), (2, 8, 16), jnp.bfloat16)
   for layer in (lambda **kw: nn.Dense(32, dtype=jnp.bfloat16, **kw),
                 lambda **kw: nn.DenseGeneral((4, 8), dtype=jnp.bfloat16, **kw)):
-    ours, ref = layer(dot_general=dense.dot_general), layer()
+    ours, ref = layer(dot_general=cpu_dense.dot_general), layer()
     params = ref.init(jax.random.key(2), x)
 
     def loss(m):
@@ -103,7 +105,7 @@ def test_tied_output_layer_and_bias_gradients_match_autodiff():
   probe = jax.random.normal(kg, (4, 5, 13))
 
   def ours(x, t, b):
-    return jnp.sum(dense.add_bias(dense.transposed_dot(x, t), b) * probe)
+    return jnp.sum(cpu_dense.add_bias(cpu_dense.transposed_dot(x, t), b) * probe)
 
   def ref(x, t, b):
     return jnp.sum((jnp.dot(x, t.T) + b) * probe)
@@ -124,7 +126,7 @@ def test_bf16_tied_output_layer_takes_all_three_products_in_bf16():
   table = jax.random.normal(kt, (13, 64))                     # [vocab, d]
   g = jax.random.normal(kg, (2, 3, 13))                       # cotangent of the logits
   y, vjp = jax.jit(lambda x, t: jax.vjp(
-      lambda a, b: dense.transposed_dot(a, b, "bfloat16"), x, t))(x, table)
+      lambda a, b: cpu_dense.transposed_dot(a, b, "bfloat16"), x, t))(x, table)
   dx, dtable = vjp(g)
   assert (y.dtype, dx.dtype, dtable.dtype) == (jnp.float32,) * 3
   r = lambda a: np.asarray(a.astype(jnp.bfloat16).astype(jnp.float32), np.float64)
@@ -132,7 +134,7 @@ def test_bf16_tied_output_layer_takes_all_three_products_in_bf16():
   np.testing.assert_allclose(y, (x2 @ t2.T).reshape(2, 3, 13), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(dx, (g2 @ t2).reshape(x.shape), rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(dtable, g2.T @ x2, rtol=1e-5, atol=1e-5)
-  f32 = np.asarray(dense.transposed_dot(x, table)).reshape(6, 13)  # without the rounding
+  f32 = np.asarray(cpu_dense.transposed_dot(x, table)).reshape(6, 13)  # without the rounding
   assert np.abs(f32 - x2 @ t2.T).max() > 1e-3
 
 
@@ -153,7 +155,7 @@ def test_bf16_matmul_operands_accumulate_in_float32():
   assert np.abs(np.asarray(x, np.float64) @ np.asarray(w, np.float64) - want).max() > 1e-3
   table = nn.Embed(5, 64)
   params = table.init(jax.random.key(5), jnp.zeros((1,), jnp.int32))
-  logits = table.apply(params, x, method=lambda m, x: dense.attend(cfg, m, x))  # [3, 5]
+  logits = table.apply(params, x, method=lambda m, x: embedding.attend(cfg, m, x))  # [3, 5]
   np.testing.assert_allclose(logits, r(x) @ r(params["params"]["embedding"]).T,
                              rtol=1e-5, atol=1e-5)
 
@@ -231,7 +233,7 @@ def test_tied_attend_trains_through_transposed_dot_and_decodes_through_embed_att
   base = dict(vocab_size=11, hidden_size=16, num_layers=1, num_heads=1, dense_grad_2d=True)
 
   def run(cfg):
-    f = lambda p, x: embed.apply(p, x, method=lambda m, x: dense.attend(cfg, m, x))
+    f = lambda p, x: embed.apply(p, x, method=lambda m, x: embedding.attend(cfg, m, x))
     y, vjp = jax.vjp(f, params, x)
     return f, y, vjp(g)
 

@@ -11,9 +11,12 @@ import numpy as np
 import pytest
 from jax._src.cudnn import fused_attention_stablehlo as fused
 
+from bert_jax.kernels import masks
 from bert_jax.runtime import parallel
+from bert_jax import kernels
+from bert_jax.kernels import reference
 from bert_jax.layers import attention as A
-from bert_jax.layers import cudnn
+from bert_jax.kernels import cudnn
 from bert_jax.layers.config import TransformerConfig
 
 B, T, H, D = 2, 8, 2, 16
@@ -42,13 +45,13 @@ def qkv(dtype=jnp.bfloat16, length=T):
 
 
 CASES = {  # name -> (mask, expected forward call, mask type, operands: q k v [bias] [lens])
-    "padding": (A.SegmentMask(None, jnp.array([[1] * 5 + [0] * 3, [1] * 8])),
+    "padding": (masks.SegmentMask(None, jnp.array([[1] * 5 + [0] * 3, [1] * 8])),
                 "__cudnn$fmhaSoftmax", "PADDING", 5),
-    "causal": (A.SegmentMask(causal=True), "__cudnn$fmhaSoftmax", "CAUSAL", 3),
-    "causal_padding": (A.SegmentMask(None, jnp.array([[1] * 6 + [0] * 2, [1] * 8]), True),
+    "causal": (masks.SegmentMask(causal=True), "__cudnn$fmhaSoftmax", "CAUSAL", 3),
+    "causal_padding": (masks.SegmentMask(None, jnp.array([[1] * 6 + [0] * 2, [1] * 8]), True),
                        "__cudnn$fmhaSoftmax", "PADDING_CAUSAL", 5),
     # Packed rows: jax 0.10.2's public function has no segment ids -> a mask bias.
-    "packed_causal": (A.SegmentMask(jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]] * 2),
+    "packed_causal": (masks.SegmentMask(jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]] * 2),
                                     jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]] * 2), True),
                       "__cudnn$fmhaScaleBiasSoftmax", "CAUSAL", 4),
 }
@@ -60,7 +63,7 @@ def test_masks_become_cudnn_mask_types_not_a_bias(lowers_for_cuda, name):
   q, k, v = qkv()
 
   def loss(q, k, v):
-    out = parallel.with_trace_platform("gpu", A.dot_product_attention)(
+    out = parallel.with_trace_platform("gpu", kernels.attention)(
         q, k, v, mask=mask, dtype=jnp.bfloat16)
     return out.astype(jnp.float32).sum()
 
@@ -76,7 +79,7 @@ def test_bert_layer_in_bf16_takes_cudnn_with_padding_lengths(lowers_for_cuda):
                           dtype="bfloat16", attention_dropout_rate=0.0, deterministic=True)
   layer = A.MultiHeadAttention(cfg)
   x = jnp.ones((B, T, 32), jnp.bfloat16)
-  mask = A.row_mask(jnp.array([[1] * 5 + [0] * 3, [1] * 8]))
+  mask = masks.row_mask(jnp.array([[1] * 5 + [0] * 3, [1] * 8]))
   params = jax.eval_shape(lambda x: layer.init(jax.random.key(0), x, mask=mask), x)
   apply = parallel.with_trace_platform("gpu", lambda p, x: layer.apply(p, x, mask=mask))
   assert [c[:2] for c in cudnn_calls(apply, params, x)] == [("__cudnn$fmhaSoftmax", "PADDING")]
@@ -91,11 +94,11 @@ def test_cudnn_arguments_mean_the_mask():
   def pairs(q, k, v):
     return {name: (jax.nn.dot_product_attention(q, k, v, implementation="xla",
                                                 **cudnn.arguments(mask, T, T)),
-                   A.reference_attention(q, k, v, mask=mask)[0])
+                   reference.attention(q, k, v, mask=mask)[0])
             for name, (mask, *_) in CASES.items()}
 
   for name, (got, expect) in pairs(q, k, v).items():
-    has_key = np.broadcast_to(np.asarray(A.as_dense(CASES[name][0], T, T)).any(-1)[:, 0],
+    has_key = np.broadcast_to(np.asarray(masks.as_dense(CASES[name][0], T, T)).any(-1)[:, 0],
                               (B, T))                        # [batch, q]
     np.testing.assert_allclose(np.asarray(got)[has_key], np.asarray(expect)[has_key],
                                atol=2e-5, err_msg=name)
@@ -112,16 +115,16 @@ def test_gate_follows_jax_rules():
   assert "dropout" in cudnn.unsupported(q64, q64, None, None, True, bf16, (9, 0))
   assert "float32" in cudnn.unsupported(q64, q64, None, None, False, jnp.float32, (9, 0))
   odd = jax.ShapeDtypeStruct((B, 7, H, 64), bf16)
-  packed = A.SegmentMask(jnp.ones((B, 7), int), jnp.ones((B, 7), int))
+  packed = masks.SegmentMask(jnp.ones((B, 7), int), jnp.ones((B, 7), int))
   assert "even" in cudnn.unsupported(odd, odd, None, packed, False, bf16, (9, 0))
-  assert cudnn.unsupported(odd, odd, None, A.SegmentMask(None, jnp.ones((B, 7))), False,
+  assert cudnn.unsupported(odd, odd, None, masks.SegmentMask(None, jnp.ones((B, 7))), False,
                            bf16, (9, 0)) == ""   # padding lengths: no bias, any length
 
 
 def test_explicit_cudnn_names_what_is_missing():
   q, k, v = qkv(jnp.float32)
   with pytest.raises(ValueError, match="attention_impl='cudnn'.*float32"):
-    A.dot_product_attention(q, k, v, dtype=jnp.float32, implementation="cudnn")
+    kernels.attention(q, k, v, dtype=jnp.float32, implementation="cudnn")
 
 
 def test_describe_path_names_the_kernel_and_why_not():
@@ -130,7 +133,7 @@ def test_describe_path_names_the_kernel_and_why_not():
   assert "attention_dropout_rate=0" in describe(cfg, "gpu")
   assert describe(cfg.replace(attention_dropout_rate=0.0), "gpu") == "cudnn (fused)"
   mesh = parallel.create_mesh((-1, 1, 1))  # splash splits rows over it (8 here)
-  assert A.describe_path(cfg.replace(attention_dropout_rate=0.0), 8, 128, mesh,
+  assert kernels.describe_path(cfg.replace(attention_dropout_rate=0.0), 8, 128, mesh,
                          "tpu") == "splash (fused)"
   assert describe(cfg, "tpu").startswith("reference, not splash: it has no attention dropout")
   assert describe(cfg, "cpu") == "xla (no fused kernel on cpu)"
@@ -138,4 +141,4 @@ def test_describe_path_names_the_kernel_and_why_not():
 
 
 def describe(cfg, platform):
-  return A.describe_path(cfg, 8, 128, platform=platform)
+  return kernels.describe_path(cfg, 8, 128, platform=platform)

@@ -1,0 +1,54 @@
+"""The attention path a training step takes, in words: the run's start-up line."""
+from __future__ import annotations
+
+import jax
+
+from bert_jax.kernels import cudnn as cudnn_lib
+from bert_jax.kernels import splash as splash_lib
+from bert_jax.runtime import tracing
+
+
+def describe_path(cfg, batch: int, seq_len: int, mesh=None, platform: str | None = None) -> str:
+  """The attention path a model's training step takes at `seq_len` on `platform` (default:
+  what tracing.trace_platform says), and why when it is not the fused kernel: what the
+  run's start-up line prints for each phase, so `auto` never loses the kernel silently.
+
+  cfg: a layers.config.TransformerConfig (training: dropout as configured); batch: the
+  global rows; mesh: the run's (splash's split of rows and heads over it is checked).
+  """
+  platform = platform or (mesh.devices.flat[0].platform if mesh is not None
+                          else tracing.trace_platform())
+  platform = "gpu" if platform in ("cuda", "rocm") else platform
+  shape = jax.ShapeDtypeStruct((batch, seq_len, cfg.num_heads, cfg.d_head), cfg.attention_dtype)
+  dropout = cfg.attention_dropout_rate > 0.0
+  bias = object() if cfg.position == "relative" else None  # only its presence is read
+  impl = cfg.attention_impl
+  if impl in ("reference", "xla"):
+    return f"{impl} (model.attention_impl={impl!r})"
+  fused = {"tpu": "splash", "gpu": "cudnn"}.get(platform)
+  if impl == "auto" and fused is None:
+    return f"xla (no fused kernel on {platform})"
+  kernel = fused if impl == "auto" else impl
+  if kernel == "splash":
+    def ask():
+      if mesh is None:
+        return splash_lib.unsupported(shape, shape, bias, None, dropout)
+      with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        return splash_lib.unsupported(shape, shape, bias, None, dropout)
+    why = tracing.with_trace_platform(platform, ask)()
+  else:
+    why = cudnn_lib.unsupported(shape, shape, bias, None, dropout, cfg.attention_dtype)
+  if not why:
+    return f"{kernel} (fused)"
+  fallback = "reference" if dropout else "xla"
+  return f"{fallback}, not {kernel}: {why}"
+
+
+def describe_phases(cfg, batch: int, seq_lens, mesh=None) -> str:
+  """The start-up line: "attention: S128 splash (fused) | S512 reference, not splash: ...",
+  one entry per training phase (its sequence length). cfg: the task's model config; one
+  that is not a Transformer's (the GRU) has no such choice: "attention: n/a"."""
+  if not hasattr(cfg, "attention_impl"):
+    return "attention: n/a (not a Transformer)"
+  paths = [f"S{n} {describe_path(cfg, batch, n, mesh)}" for n in dict.fromkeys(seq_lens)]
+  return "attention: " + " | ".join(paths)
