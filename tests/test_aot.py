@@ -102,9 +102,8 @@ def _check_report(setup, step, topology, mesh):
   assert coll["all-reduce"]["count"] + coll["reduce-scatter"]["count"] > 0
   if mesh[1] > 1:  # FSDP gathers the sharded weights before using them
     assert coll["all-gather"]["count"] > 0
-  # Dropout's random words and masks shard like their activations (layers/dropout.py):
-  # no all-to-all moves a u32 draw or a pred mask (concatenated halves cost 4 per mask).
-  # (15 such all-to-alls in this compile before; an attention mask's may remain.)
+  # Dropout's random bits and masks shard like their activations: no all-to-all moves a
+  # u32 draw or a pred mask of a dropout.
   assert not [line for line in step.hlo_text.splitlines()
               if re.search(r"= \(?(u32|u16|pred)\[.* all-to-all\(", line)
               and "Dropout" in line]

@@ -12,7 +12,7 @@ from scipy import stats
 
 from bert_jax import decoding as D
 from bert_jax.layers.config import TransformerConfig
-from bert_jax.layers.scan_layout import unrolled_to_scan
+from bert_jax.layers.param_layout import unrolled_to_scan
 from bert_jax.models.gpt import GPT
 from bert_jax.models.seq2seq import Transformer, shift_right
 

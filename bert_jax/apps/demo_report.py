@@ -125,7 +125,7 @@ def is_held_out(text: str, counts: Counts) -> bool:
 def load_run(workdir: str):
   """(PretrainingTask with its data prepared, params, run config) of a pretraining workdir."""
   from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
-  from bert_jax.layers.scan_layout import scan_to_unrolled, unrolled_to_scan  # pylint: disable=g-import-not-at-top
+  from bert_jax.layers.param_layout import scan_to_unrolled, unrolled_to_scan  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks.pretraining import PretrainingTask  # pylint: disable=g-import-not-at-top
   try:
     _, params, _, meta = checkpoint.load_params_for_inference(workdir, return_meta=True)

@@ -103,7 +103,7 @@ def load_model(checkpoint: str, tokenizer_path: Optional[str] = None):
       config, params, tok_dir = ckpt.load_params_for_inference(checkpoint)
       if "decoder" not in params or "token_embedder" not in params or not config.pre_ln:
         raise ValueError("it holds no GPT (is it a BERT / fine-tuning checkpoint?)")
-      from bert_jax.layers.scan_layout import scan_to_unrolled  # pylint: disable=g-import-not-at-top
+      from bert_jax.layers.param_layout import scan_to_unrolled  # pylint: disable=g-import-not-at-top
       params = scan_to_unrolled(params)
       config = config.replace(scan_layers=False)
   except Exception as e:  # pylint: disable=broad-except  (any unreadable checkpoint)
@@ -143,10 +143,10 @@ def generate(config, params, token_ids: list[list[int]], *, max_new_tokens: int,
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from bert_jax.decoding import gpt_generate  # pylint: disable=g-import-not-at-top
-  from bert_jax.layers import dense  # pylint: disable=g-import-not-at-top
+  from bert_jax.decoding import weights as decode_weights  # pylint: disable=g-import-not-at-top
   from bert_jax.models.gpt import GPT  # pylint: disable=g-import-not-at-top
   model = GPT(config.replace(deterministic=True))
-  params = dense.cast_kernels(params, config)  # once, not in every batch's call
+  params = decode_weights.cast_kernels(params, config)  # once, not in every batch's call
   width = max(len(r) for r in token_ids)  # one prompt width for every batch: one compile
   out = []
   for start in range(0, len(token_ids), batch_size):

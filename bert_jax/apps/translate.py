@@ -86,8 +86,8 @@ def load(workdir: str, which: str = "best", matmul_dtype: str | None = None):
     raise TranslateError(f"{tokenizer_dir}/tokenizer.json (the run's vocabulary) is missing.")
   task.load_tokenizer(tokenizer_dir)
   _, params, _ = checkpoint.load_params_for_inference(step_dir)
-  from bert_jax.layers import dense  # pylint: disable=g-import-not-at-top
-  return task, dense.cast_kernels(params, task.model_config), step_dir
+  from bert_jax.decoding import weights as decode_weights  # pylint: disable=g-import-not-at-top
+  return task, decode_weights.cast_kernels(params, task.model_config), step_dir
 
 
 def translate(task, params, lines_path: str, beam_size: int, alpha: float,

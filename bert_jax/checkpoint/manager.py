@@ -330,8 +330,8 @@ def _is_vocab_rows(key: str) -> bool:
 def pad_vocab_rows(params, template):
   """params whose vocabulary tables have fewer rows than `template`'s (an HF model, or one
   of our checkpoints saved unpadded) with zero rows appended to the template's count
-  (layers/config.pad_rows). Anything else is left for check_compatible to judge."""
-  from bert_jax.layers.embedding import pad_rows  # pylint: disable=g-import-not-at-top
+  (layers/param_layout.pad_rows). Anything else is left for check_compatible to judge."""
+  from bert_jax.layers.param_layout import pad_rows  # pylint: disable=g-import-not-at-top
   want = _shapes(_as_plain(template))
 
   def pad(path, leaf):

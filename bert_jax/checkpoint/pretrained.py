@@ -18,7 +18,7 @@ from bert_jax.runtime import paths
 from bert_jax.interop import hf_config
 from bert_jax.interop import hf_layout as layout
 from bert_jax.interop import hf_load
-from bert_jax.layers.scan_layout import scan_to_unrolled
+from bert_jax.layers.param_layout import scan_to_unrolled
 
 
 # Tasks whose checkpoints hold another model family than BERT's encoder.

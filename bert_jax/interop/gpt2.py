@@ -162,7 +162,7 @@ def gpt2_to_params(tensors: dict[str, np.ndarray], config: TransformerConfig,
 
 def params_to_gpt2(config: TransformerConfig, params: Any) -> dict[str, np.ndarray]:
   """Our GPT params (scanned or unrolled) -> GPT2LMHeadModel tensors (`transformer.` names)."""
-  from bert_jax.layers.scan_layout import scan_to_unrolled  # pylint: disable=g-import-not-at-top
+  from bert_jax.layers.param_layout import scan_to_unrolled  # pylint: disable=g-import-not-at-top
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   p = scan_to_unrolled(_to_numpy(nn.unbox(params)))
   d = config.hidden_size
@@ -202,7 +202,7 @@ def load_gpt2(path: str, scan_layers: bool = False) -> tuple[TransformerConfig, 
   config = load_gpt2_config(path, scan_layers=scan_layers)
   params = gpt2_to_params(read_safetensors(path), config, where=path)
   if scan_layers:
-    from bert_jax.layers.scan_layout import unrolled_to_scan  # pylint: disable=g-import-not-at-top
+    from bert_jax.layers.param_layout import unrolled_to_scan  # pylint: disable=g-import-not-at-top
     params = unrolled_to_scan(params)
   return config, params
 

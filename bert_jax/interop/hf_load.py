@@ -21,7 +21,7 @@ from bert_jax.runtime import paths
 from bert_jax.interop import hf_layout as layout
 from bert_jax.interop.hf_config import load_hf_config
 from bert_jax.layers.config import TransformerConfig
-from bert_jax.layers.embedding import pad_rows
+from bert_jax.layers.param_layout import pad_rows
 
 _BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
 _DECODER_W, _DECODER_B = "cls.predictions.decoder.weight", "cls.predictions.decoder.bias"

@@ -1,4 +1,4 @@
-"""Multi-head attention (Vaswani et al. 2017, Sec. 3.2.2) with a KV cache for decoding.
+"""Multi-head attention (Vaswani et al. 2017, Sec. 3.2.2): projections, rotary, the kernel.
 
 The scaled dot-product itself is kernels.attention: one call, which picks the fused
 kernel of the platform (splash on TPU, cuDNN on GPU) or the plain path, and whose
@@ -38,14 +38,10 @@ class MultiHeadAttention(nn.Module):
 
   head_i = Attention(X W_i^Q, Y W_i^K, Y W_i^V); MultiHead = Concat(head_1..head_H) W^O.
   The per-head projections are stored as one DenseGeneral kernel [embed, heads, kv].
-  With `config.decode`, self-attention keeps a KV cache in the "cache" collection, and
-  cross-attention projects `inputs_kv` (the encoder output) on its first call with a
-  mutable "cache" into `cross_key` / `cross_value` and reads them from there afterwards
-  (`inputs_kv` must then be None: a new encoder output against a primed cache is an
-  error, not silently ignored).
+  Decoding with a KV cache is the subclass in layers/kv_cache.py.
   """
   config: TransformerConfig
-  causal: bool = False  # only used to build the mask while decoding with the cache
+  causal: bool = False  # a decoder's self-attention (its cache masks what is unwritten)
   cross: bool = False   # cross-attention: while decoding, inputs_kv may be None (cached K/V)
 
   @nn.compact
@@ -74,25 +70,7 @@ class MultiHeadAttention(nn.Module):
         bias_init=cfg.zeros_init("heads", "kv"))
     query = sharding.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
     query = _saveable(query, "query_proj", flat)  # remat policies save by name (stacks.py)
-    if cfg.decode and not self_attention and self.has_variable("cache", "cross_key"):
-      # Decoding: the encoder side is fixed, so its keys/values were projected once.
-      if inputs_kv is not None:
-        raise ValueError("decode got an encoder output but the decode cache already holds "
-                         "cross_key/cross_value (projected from an earlier one): pass "
-                         "encoded=None to use the cached ones, or start from a fresh cache.")
-      key = _from_cache(self.get_variable("cache", "cross_key"))      # [b, kv, heads, d_k]
-      value = _from_cache(self.get_variable("cache", "cross_value"))  # [b, kv, heads, d_v]
-    else:
-      if inputs_kv is None:
-        raise ValueError("cross-attention needs inputs_kv (the encoder output) until its "
-                         "keys/values are in the decode cache.")
-      key = sharding.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
-      value = sharding.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
-      key, value = _saveable(key, "key_proj", flat), _saveable(value, "value_proj", flat)
-      if cfg.decode and not self_attention and self.is_mutable_collection("cache"):
-        self.put_variable("cache", "cross_key", _to_cache(key).astype(cfg.attention_dtype))
-        self.put_variable("cache", "cross_value",
-                          _to_cache(value).astype(cfg.attention_dtype))
+    key, value = self.keys_values(dense, inputs_kv, flat, self_attention)  # [b, kv, h, d]
 
     if cfg.position == "rotary":
       if positions is None:
@@ -103,14 +81,8 @@ class MultiHeadAttention(nn.Module):
       query = rotary.apply_rotary(query, positions, cfg.rotary_base)
       key = rotary.apply_rotary(key, kv_positions, cfg.rotary_base)
 
-    impl = cfg.attention_impl
-    if cfg.decode:  # a few queries against the cache: splash's blocks do not apply
-      mask = kernels.as_dense(mask, query.shape[1], key.shape[1])
-      impl = "xla" if impl in ("auto", "splash") else impl
-    if cfg.decode and self_attention:
-      key, value, mask = self._update_cache(key, value, mask)
-      if bias is not None and bias.shape[-1] > key.shape[1]:
-        bias = bias[..., :key.shape[1]]  # a relative bias built for max_len keys
+    key, value, mask, bias, impl = self.with_cache(query.shape[1], key, value, mask, bias,
+                                                   self_attention)
 
     dropout_rng = None
     if not cfg.deterministic and cfg.attention_dropout_rate > 0.0:
@@ -130,36 +102,26 @@ class MultiHeadAttention(nn.Module):
         bias_init=cfg.zeros_init("embed"), name="out")(out)      # [batch, q_len, d_model]
     return checkpoint_name(out, "out_proj")
 
-  def _update_cache(self, key: Array, value: Array, mask: Array | None):
-    """Writes this step's keys/values at the cache index; masks keys not yet written.
+  def keys_values(self, dense, inputs_kv: Array | None, flat: bool, self_attention: bool):
+    """Keys and values [batch, kv_len, heads, d] projected from inputs_kv (kv_cache.py's
+    CachedAttention: from the decode cache once the encoder side is in it)."""
+    del self_attention  # the cached subclass's question
+    if inputs_kv is None:
+      raise ValueError("cross-attention needs inputs_kv (the encoder output) until its "
+                       "keys/values are in the decode cache.")
+    key = sharding.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
+    value = sharding.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
+    return _saveable(key, "key_proj", flat), _saveable(value, "value_proj", flat)
 
-    The cache is created (zeros, full length) when the "cache" collection is first
-    initialized with a full-length input; each decode call then appends `q_len` entries.
-    It is stored heads-major, [batch, heads, max_len, d] (see _to_cache): the write is then
-    in place and the attention reads it without a per-step copy.
-    """
-    is_initialized = self.has_variable("cache", "cached_key")
-    dtype = self.config.attention_dtype  # what the attention reads them as
-    cached_key = self.variable("cache", "cached_key", jnp.zeros, _cache_shape(key), dtype)
-    cached_value = self.variable("cache", "cached_value", jnp.zeros, _cache_shape(value), dtype)
-    cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, dtype=jnp.int32))
-    if not is_initialized:
-      return key, value, mask
-    max_len = cached_key.value.shape[2]
-    q_len = key.shape[1]
-    index = cache_index.value
-    zero = jnp.zeros((), index.dtype)
-    for var, new in ((cached_key, key), (cached_value, value)):
-      var.value = jax.lax.dynamic_update_slice(            # [batch, heads, max_len, d]
-          var.value, _to_cache(new).astype(var.value.dtype), (zero, zero, index, zero))
-    cache_index.value = index + q_len
-    query_pos = index + jnp.arange(q_len)                    # [q_len]
-    key_pos = jnp.arange(max_len)                            # [max_len]
-    written = key_pos[None, :] <= query_pos[:, None]         # causal over what is written
-    cache_mask = written[None, None]                         # [1, 1, q_len, max_len]
-    if mask is not None and mask.shape[-1] == max_len:
-      cache_mask = cache_mask & mask                         # e.g. left-padded prompts
-    return _from_cache(cached_key.value), _from_cache(cached_value.value), cache_mask
+  def with_cache(self, q_len: int, key: Array, value: Array, mask, bias,
+                 self_attention: bool):
+    """(key, value, mask, bias, implementation) attention runs on: these projections;
+    CachedAttention reads and writes the decode cache here."""
+    del q_len, self_attention
+    if self.config.decode:
+      raise ValueError("config.decode needs a KV cache: build the attention as "
+                       "layers/kv_cache.CachedAttention (the decoder's blocks do).")
+    return key, value, mask, bias, self.config.attention_impl
 
 
 def splash_layout(cfg, inputs_q: Array, inputs_kv: Array | None, bias, mask) -> bool:
@@ -191,18 +153,3 @@ def _saveable(x: Array, name: str, flat: bool) -> Array:
     return checkpoint_name(x, name)
   batch, length, heads, d = x.shape
   return checkpoint_name(x.reshape(batch, length, heads * d), name).reshape(x.shape)
-
-
-# Decode caches keep keys/values heads-major, [batch, heads, len, d]: the operand layout
-# of the attention's batched dots, so each step writes its entry in place and reads the
-# cache without a per-step transposed copy of every layer's K and V.
-def _to_cache(x: Array) -> Array:
-  return jnp.swapaxes(x, 1, 2)     # [batch, len, heads, d] -> [batch, heads, len, d]
-
-
-_from_cache = _to_cache           # the same swap back
-
-
-def _cache_shape(x: Array) -> tuple[int, ...]:
-  batch, length, heads, d = x.shape
-  return (batch, heads, length, d)

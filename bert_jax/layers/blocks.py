@@ -1,4 +1,5 @@
-"""Transformer blocks: position-wise FFN, encoder block, decoder block (post-/pre-LN)."""
+"""Transformer blocks: the position-wise FFN and the encoder block (post-/pre-LN), and the
+residual wrapper the decoder block (layers/decoder.py) shares."""
 from __future__ import annotations
 
 import functools
@@ -11,7 +12,6 @@ from bert_jax.layers.attention import MultiHeadAttention
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.layers.norm import layer_norm
 from bert_jax.layers import dense as dense_lib
-from bert_jax.layers.dropout import Dropout
 
 Array = jax.Array
 
@@ -63,63 +63,27 @@ class EncoderBlock(nn.Module):
     return_weights = self.return_weights
     x = sharding.constrain(x, RESIDUAL)
     attn = MultiHeadAttention(cfg, name="attention")
-    x = _residual(cfg, x, lambda h: attn(h, mask=mask, bias=bias, positions=positions,
+    x = residual(cfg, x, lambda h: attn(h, mask=mask, bias=bias, positions=positions,
                                          return_weights=return_weights), "attention_norm")
-    x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
+    x = residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
     x = sharding.constrain(x, RESIDUAL)
-    return _block_output(x, self.scanned, self.collect_hidden)
+    return block_output(x, self.scanned, self.collect_hidden)
 
 
-class DecoderBlock(nn.Module):
-  """Causal self-attention (+ KV cache), optional cross-attention, FFN."""
-  config: TransformerConfig
-  cross_attention: bool = True
-  return_weights: bool = False
-  scanned: bool = False
-  collect_hidden: bool = False
-
-  @nn.compact
-  def __call__(self, x: Array, encoded: Array | None = None, self_mask: Array | None = None,
-               cross_mask: Array | None = None, self_bias: Array | None = None,
-               positions: Array | None = None):
-    """x [batch, len, d]; encoded [batch, src_len, d]; masks as in EncoderBlock."""
-    cfg = self.config
-    return_weights = self.return_weights
-    x = sharding.constrain(x, RESIDUAL)
-    self_attn = MultiHeadAttention(cfg, causal=True, name="self_attention")
-    x = _residual(cfg, x, lambda h: self_attn(h, mask=self_mask, bias=self_bias,
-                                              positions=positions,
-                                              return_weights=return_weights),
-                  "self_attention_norm")
-    if self.cross_attention:
-      if encoded is None and not cfg.decode:
-        raise ValueError("DecoderBlock(cross_attention=True) needs the encoder output.")
-      # Cross-attention keys are encoder positions: no rotary there. While decoding, their
-      # keys/values are projected once and cached (encoded may then be None).
-      cross = MultiHeadAttention(cfg.replace(position="none"), cross=True,
-                                 name="cross_attention")
-      x = _residual(cfg, x, lambda h: cross(h, encoded, mask=cross_mask,
-                                            return_weights=return_weights),
-                    "cross_attention_norm")
-    x = _residual(cfg, x, FeedForward(cfg, name="mlp"), "mlp_norm")
-    x = sharding.constrain(x, RESIDUAL)
-    return _block_output(x, self.scanned, self.collect_hidden)
-
-
-def _block_output(x: Array, scanned: bool, collect_hidden: bool):
+def block_output(x: Array, scanned: bool, collect_hidden: bool):
   if scanned:  # nn.scan contract: (carry, per-step output)
     return x, (x if collect_hidden else None)
   return x
 
 
-def _residual(cfg: TransformerConfig, x: Array, fn, norm_name: str) -> Array:
+def residual(cfg: TransformerConfig, x: Array, fn, norm_name: str) -> Array:
   """post-LN: LN(x + drop(fn(x)));  pre-LN: x + drop(fn(LN(x))).
 
   Called inside a compact `__call__`, so the LayerNorm is created in that block's scope
   under `norm_name` and param paths stay flat (attention_norm, mlp_norm, ...).
   """
   norm = layer_norm(cfg, norm_name)
-  drop = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+  drop = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
   if cfg.pre_ln:
     return x + drop(fn(norm(x)))
   return norm(x + drop(fn(x)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax.linen.dtypes import promote_dtype
 
 from bert_jax.layers import dense as dense_lib
@@ -35,17 +34,6 @@ def vocab_logits(logits, config: TransformerConfig):
   if not jax.sharding.get_abstract_mesh().empty:
     logits = sharding.spread_rows(logits)
   return logits[..., :config.vocab_size]
-
-
-def pad_rows(x, rows: int):
-  """x (numpy) with zero rows appended up to `rows`: a vocabulary table or output bias
-  of vocab_size rows (an HF model, a checkpoint saved unpadded) for a padded model. The
-  padding rows are never an input id and vocab_logits cuts theirs off, so the padded
-  model computes exactly what the unpadded one did."""
-  x = np.asarray(x)
-  if x.shape[0] >= rows:
-    return x
-  return np.concatenate([x, np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)])
 
 
 def attend(cfg, embedder, x, logits_dtype=jnp.float32):

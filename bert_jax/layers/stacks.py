@@ -1,4 +1,5 @@
-"""Encoder and Decoder stacks: N blocks, optionally scanned (one compiled layer) and remat'd.
+"""The encoder stack, and how any stack runs its N blocks: optionally scanned (one compiled
+layer) and remat'd (layers/decoder.py's stack runs the same way).
 
 With `scan_layers`, the block params are stacked along a leading `layers` axis
 (`.../layers/attention/query/kernel: [num_layers, ...]`); without it they sit under
@@ -12,8 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax.kernels import masks
-from bert_jax.layers.blocks import DecoderBlock, EncoderBlock
+from bert_jax.layers.blocks import EncoderBlock
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.layers.norm import layer_norm
 from bert_jax.layers.positional import RelativePositionBias
@@ -49,7 +49,7 @@ def _layer_class(block_cls, cfg: TransformerConfig):
                   prevent_cse=not cfg.scan_layers)
 
 
-def _run_layers(module: nn.Module, block_cls, num_layers: int, x: Array, args: tuple,
+def run_layers(module: nn.Module, block_cls, num_layers: int, x: Array, args: tuple,
                 block_kwargs: dict[str, Any], collect_hidden: bool):
   """Applies num_layers blocks; returns (x, hidden states [num_layers + 1, ...] or None)."""
   cfg = module.config
@@ -91,61 +91,8 @@ class Encoder(nn.Module):
     if cfg.position == "relative":  # one table shared by all layers, as in T5
       bias = RelativePositionBias(cfg, bidirectional=True, name="relative_bias")(
           x.shape[1], x.shape[1])
-    x, hidden = _run_layers(self, EncoderBlock, cfg.num_layers, x, (mask, bias, positions),
+    x, hidden = run_layers(self, EncoderBlock, cfg.num_layers, x, (mask, bias, positions),
                             {"return_weights": self.return_weights}, output_hidden_states)
     if cfg.pre_ln:
       x = layer_norm(cfg, "final_norm")(x)
     return x, hidden
-
-
-class Decoder(nn.Module):
-  """A stack of causal DecoderBlocks, with cross-attention for encoder-decoder models.
-
-  With `config.decode` the self-attention layers read and write a KV cache and the
-  causal mask comes from the cache index; otherwise causality is added here to the given
-  padding/segment mask (a SegmentMask keeps it as a flag, for splash attention).
-  """
-  config: TransformerConfig
-  cross_attention: bool = True
-  num_layers: int | None = None
-  return_weights: bool = False
-
-  @nn.compact
-  def __call__(self, x: Array, encoded: Array | None = None, self_mask: Array | None = None,
-               cross_mask: Array | None = None, positions: Array | None = None,
-               output_hidden_states: bool = False):
-    """x [batch, len, d]; encoded [batch, src_len, d]; positions [batch, len] (absolute).
-
-    Returns (output [batch, len, d], hidden states or None).
-    """
-    cfg = self.config
-    length = x.shape[1]
-    if not cfg.decode:
-      self_mask = masks.add_causal(self_mask, length)
-    bias = None
-    if cfg.position == "relative":
-      rel = RelativePositionBias(cfg, bidirectional=False, name="relative_bias")
-      if cfg.decode:
-        # Keys are cache slots 0..max_len-1 (attention trims to the cache's length) and
-        # queries start at the cache slot being written, which this stack counts itself:
-        # with left-padded prompts the rows' positions differ but their slot distances
-        # (all a relative bias sees) do not.
-        started = self.has_variable("cache", "cache_index")
-        slot = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
-        offset = slot.value
-        if started:
-          slot.value = offset + length
-        bias = rel(length, cfg.max_len, query_offset=offset)
-      else:
-        bias = rel(length, length)
-    num_layers = self.num_layers or cfg.num_layers
-    x, hidden = _run_layers(
-        self, DecoderBlock, num_layers, x, (encoded, self_mask, cross_mask, bias, positions),
-        {"cross_attention": self.cross_attention, "return_weights": self.return_weights},
-        output_hidden_states)
-    if cfg.pre_ln:
-      x = layer_norm(cfg, "final_norm")(x)
-    return x, hidden
-
-
-# ------------------------------------------------------------ scan <-> unrolled params

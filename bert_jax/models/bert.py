@@ -21,7 +21,6 @@ from bert_jax.layers.embedding import embedding, vocab_logits
 from bert_jax.layers.norm import layer_norm
 from bert_jax.layers import dense as dense_lib
 from bert_jax.layers import embedding as embedding_lib
-from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from bert_jax.layers.stacks import Encoder
 
@@ -42,7 +41,7 @@ class BertEmbeddings(nn.Module):
     if cfg.type_vocab_size:
       self.segment_embedder = embedding(cfg, cfg.type_vocab_size, "segment")
     self.layer_norm = layer_norm(cfg, "layer_norm")
-    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+    self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
 
   def __call__(self, input_ids: Array, segment_ids: Array | None, positions: Array) -> Array:
     cfg = self.config

@@ -10,9 +10,8 @@ from bert_jax.layers import dense as dense_lib
 from bert_jax.layers import embedding as embedding_lib
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.layers.embedding import embedding, vocab_logits
-from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
-from bert_jax.layers.stacks import Decoder
+from bert_jax.layers.decoder import Decoder
 
 Array = jax.Array
 
@@ -33,7 +32,7 @@ class GPT(nn.Module):
       self.position_embedder = LearnedPositionalEmbedding(cfg)
     elif cfg.position == "sinusoidal":
       self.position_embedder = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
-    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+    self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
     self.decoder = Decoder(cfg, cross_attention=False, return_weights=self.return_weights)
 
   def __call__(self, input_ids: Array, input_mask: Array | None = None,

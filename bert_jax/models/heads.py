@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.layers.config import TransformerConfig
-from bert_jax.layers.dropout import Dropout
 from bert_jax.models.bert import BertModel
 
 Array = jax.Array
@@ -72,7 +71,7 @@ class BertForSequenceClassification(nn.Module):
       pooled = jnp.sum(out["sequence_output"] * mask, 1) / jnp.maximum(jnp.sum(mask, 1), 1)
     if packed:
       pooled = pooled.reshape(-1, pooled.shape[-1])           # [batch * K, hidden]
-    x = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(pooled)
+    x = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(pooled)
     logits = _dense(cfg, self.num_labels, "classifier")(x)    # [examples, num_labels]
     return {"logits": logits.astype(jnp.float32)}
 
@@ -90,7 +89,7 @@ class BertForTokenClassification(nn.Module):
     cfg = self.config
     out = BertModel(cfg, add_pooler=False, name="bert")(input_ids, input_mask, segment_ids,
                                                          positions, packed_segment_ids)
-    x = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(out["sequence_output"])
+    x = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(out["sequence_output"])
     logits = _dense(cfg, self.num_labels, "classifier")(x)    # [batch, len, num_labels]
     return {"logits": logits.astype(jnp.float32)}
 

@@ -22,7 +22,6 @@ import jax
 import jax.numpy as jnp
 
 from bert_jax.layers.additive import AdditiveAttention
-from bert_jax.layers.dropout import Dropout
 
 Array = jax.Array
 
@@ -72,7 +71,7 @@ class GRUSeq2Seq(nn.Module):
     self.decoder_cell = _gru(cfg.hidden_size, "decoder_cell")
     self.deep_output = _dense(cfg.embed_dim, "deep_output", ("mlp", "embed"))
     self.output = _dense(cfg.vocab_size, "output", ("embed", "vocab"))
-    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+    self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
 
   def encode(self, src_ids: Array, src_mask: Array | None = None) -> dict:
     """src_ids [B, S] -> the decoding cache (see the module docstring), s_0 as its state."""

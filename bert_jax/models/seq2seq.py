@@ -21,9 +21,9 @@ from bert_jax.layers import dense as dense_lib
 from bert_jax.layers import embedding as embedding_lib
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.layers.embedding import embedding, vocab_logits
-from bert_jax.layers.dropout import Dropout
 from bert_jax.layers.positional import SinusoidalPositionalEncoding
-from bert_jax.layers.stacks import Decoder, Encoder
+from bert_jax.layers.decoder import Decoder
+from bert_jax.layers.stacks import Encoder
 
 Array = jax.Array
 
@@ -50,7 +50,7 @@ class Transformer(nn.Module):
     cfg = self.config
     self.embedder = embedding(cfg, cfg.padded_vocab, "vocab")
     self.positional = SinusoidalPositionalEncoding(cfg.max_len, cfg.hidden_size)
-    self.dropout = Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
+    self.dropout = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)
     self.encoder = Encoder(cfg.replace(decode=False), return_weights=self.return_weights)
     self.decoder = Decoder(cfg, cross_attention=True,
                            num_layers=cfg.num_decoder_layers or cfg.num_layers,

@@ -12,7 +12,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax.data import masking
-from bert_jax.layers.scan_layout import unrolled_to_scan
+from bert_jax.layers.param_layout import unrolled_to_scan
 from bert_jax.models.bert import BertForPreTraining
 from bert_jax.train import losses
 from bert_jax.train.defaults import transformer_config

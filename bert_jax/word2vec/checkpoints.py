@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 
 from bert_jax.checkpoint import manager as ckpt_lib
-from bert_jax.layers.embedding import pad_rows
+from bert_jax.layers.param_layout import pad_rows
 from bert_jax.train.writer import log
 
 

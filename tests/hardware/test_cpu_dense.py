@@ -9,6 +9,7 @@ import pytest
 from jax import lax
 
 from bert_jax.hardware import cpu_dense
+from bert_jax.decoding import weights as decode_weights
 from bert_jax.layers import dense
 from bert_jax.layers import embedding
 
@@ -202,8 +203,8 @@ def test_kernels_cast_once_at_load_compute_the_same_and_leave_no_convert():
   ids = jax.random.randint(jax.random.key(6), (2, 16), 0, 97)
   # As loaded for inference (a jitted init: one compile instead of op-by-op dispatch).
   params = nn.unbox(jax.jit(model.init)(jax.random.key(7), ids)["params"])
-  assert dense.cast_kernels(params, cfg.replace(matmul_dtype=None)) is params
-  cast = dense.cast_kernels(params, cfg)
+  assert decode_weights.cast_kernels(params, cfg.replace(matmul_dtype=None)) is params
+  cast = decode_weights.cast_kernels(params, cfg)
   leaves = jax.tree_util.tree_leaves_with_path(cast)
   kernels = [a for p, a in leaves if p[-1].key == "kernel"]
   assert len(kernels) >= 8 and all(a.dtype == jnp.bfloat16 for a in kernels)

@@ -9,7 +9,7 @@ from bert_jax.layers import attention as A
 from bert_jax.runtime import tracing
 from bert_jax.layers.blocks import EncoderBlock
 from bert_jax.layers.config import TransformerConfig
-from bert_jax.layers.scan_layout import scan_to_unrolled, unrolled_to_scan
+from bert_jax.layers.param_layout import scan_to_unrolled, unrolled_to_scan
 from bert_jax.layers.stacks import Encoder
 
 TINY = TransformerConfig(vocab_size=40, hidden_size=16, num_layers=3, num_heads=4, mlp_dim=24,

@@ -11,7 +11,7 @@ import pytest
 
 from bert_jax.checkpoint import manager as checkpoint
 from bert_jax.layers.config import TransformerConfig
-from bert_jax.layers.embedding import pad_rows
+from bert_jax.layers.param_layout import pad_rows
 from bert_jax.models.bert import BertForPreTraining
 from bert_jax.models.gpt import GPT
 from bert_jax.train import defaults, losses

@@ -34,7 +34,7 @@ import numpy as np
 
 from bert_jax.runtime import paths
 from bert_jax.data import sampling
-from bert_jax.layers.scan_layout import unrolled_to_scan
+from bert_jax.layers.param_layout import unrolled_to_scan
 from bert_jax.tasks.finetune import packing
 from bert_jax.train import losses
 from bert_jax.train.defaults import for_platform, transformer_config

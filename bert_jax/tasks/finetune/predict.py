@@ -28,7 +28,7 @@ import numpy as np
 from bert_jax.checkpoint import manager as checkpoint
 from bert_jax.runtime import paths
 from bert_jax.runtime import progress
-from bert_jax.layers.scan_layout import scan_to_unrolled, unrolled_to_scan
+from bert_jax.layers.param_layout import scan_to_unrolled, unrolled_to_scan
 from bert_jax.train import steps
 from bert_jax.train.writer import log
 

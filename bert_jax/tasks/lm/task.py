@@ -86,7 +86,7 @@ class LmTask:
   def load_pretrained_params(self, path: str, template):
     """Params from a Hugging Face GPT-2 directory or one of our checkpoints."""
     from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
-    from bert_jax.layers.scan_layout import scan_to_unrolled, unrolled_to_scan  # pylint: disable=g-import-not-at-top
+    from bert_jax.layers.param_layout import scan_to_unrolled, unrolled_to_scan  # pylint: disable=g-import-not-at-top
     if os.path.exists(os.path.join(path, "config.json")):
       from bert_jax.interop import gpt2  # pylint: disable=g-import-not-at-top
       _, params = gpt2.load_gpt2(path, scan_layers=self.model_config.scan_layers)

@@ -1,12 +1,13 @@
-"""Params of a stack between its two layouts: scanned (one `layers` entry whose leaves
-have a leading [num_layers] axis) and unrolled (`layers_0 ... layers_{N-1}`), so
-checkpoints, imported weights and exports move freely between them."""
+"""Params between layouts, so checkpoints, imported weights and exports move freely: a
+stack scanned (one `layers` entry whose leaves have a leading [num_layers] axis) or
+unrolled (`layers_0 ... layers_{N-1}`), and token tables padded to padded_vocab rows."""
 from __future__ import annotations
 
 import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 _LAYER_KEY = re.compile(r"^layers_(\d+)$")
@@ -43,3 +44,14 @@ def unrolled_to_scan(tree: dict) -> dict:
     ordered = [layers[i] for i in range(len(layers))]
     out["layers"] = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ordered)
   return out
+
+
+def pad_rows(x, rows: int):
+  """x (numpy) with zero rows appended up to `rows`: a vocabulary table or output bias
+  of vocab_size rows (an HF model, a checkpoint saved unpadded) for a padded model. The
+  padding rows are never an input id and vocab_logits cuts theirs off, so the padded
+  model computes exactly what the unpadded one did."""
+  x = np.asarray(x)
+  if x.shape[0] >= rows:
+    return x
+  return np.concatenate([x, np.zeros((rows - x.shape[0],) + x.shape[1:], x.dtype)])
