@@ -139,7 +139,7 @@ def load_params_for_inference(path: str, with_params: bool = True, return_meta: 
   if "model_config" not in meta:  # word2vec: its own trainer, no Transformer
     raise ValueError(f"{path}/{step} is a {meta.get('task', 'non-Transformer')!r} checkpoint:"
                      " it holds no Transformer model (no model_config in its meta).")
-  model_config = TransformerConfig(**meta["model_config"])
+  model_config = TransformerConfig.from_dict(meta["model_config"])
   if not with_params:
     return ((model_config, None, meta.get("tokenizer_dir"), meta) if return_meta
             else (model_config, None, meta.get("tokenizer_dir")))

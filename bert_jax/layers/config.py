@@ -19,6 +19,9 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "qkv_proj", "kv_proj"
                   "dots_except_mlp", "qkv_proj_offloaded", "minimal_offloaded")  # stacks.py
 ATTENTION_IMPLS = ("auto", "splash", "xla", "cudnn", "reference")  # kernels.IMPLEMENTATIONS
 INITS = ("bert", "xavier")  # kernel_init / embed_init
+# Fields the meta of older checkpoints may hold that this code no longer has (the block
+# attention of packed rows, XLA:CPU tuning removed); from_dict reads them as absent.
+RETIRED_FIELDS = ("attention_block",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +98,11 @@ class TransformerConfig:
     if self.hidden_size % self.num_heads and self.head_dim is None:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads "
                        f"{self.num_heads}; set head_dim explicitly.")
+
+  @classmethod
+  def from_dict(cls, fields: dict) -> "TransformerConfig":
+    """The config a checkpoint's meta holds, written by this code or an older one."""
+    return cls(**{k: v for k, v in fields.items() if k not in RETIRED_FIELDS})
 
   def replace(self, **kwargs) -> "TransformerConfig":
     return dataclasses.replace(self, **kwargs)

@@ -1,4 +1,7 @@
-"""TransformerConfig.flops_per_token against the PaLM paper's count (appendix B)."""
+"""TransformerConfig: flops_per_token against the PaLM paper's count (appendix B); older
+checkpoints' model configs."""
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -51,3 +54,11 @@ def test_valid_fields_pass():
   cfg = TransformerConfig(num_decoder_layers=0, type_vocab_size=0, init="xavier",
                           dtype="bfloat16", matmul_dtype="bfloat16", param_dtype=jnp.float32)
   assert cfg.compute_dtype == jnp.bfloat16 and cfg.params_dtype == jnp.float32
+
+
+def test_an_older_checkpoints_model_config_still_reads():
+  """A meta written before the block attention was removed holds attention_block."""
+  saved = dataclasses.asdict(TransformerConfig(hidden_size=16, num_heads=2, num_layers=1))
+  saved["attention_block"] = 64
+  assert TransformerConfig.from_dict(saved) == TransformerConfig(hidden_size=16, num_heads=2,
+                                                                 num_layers=1)
