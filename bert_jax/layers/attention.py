@@ -125,16 +125,13 @@ class MultiHeadAttention(nn.Module):
 
 
 def splash_layout(cfg, inputs_q: Array, inputs_kv: Array | None, bias, mask) -> bool:
-  """Whether q/k/v are kept flat, [batch, len, heads * d], in their projections' dots and
-  where the remat policies save them: only when d is not a multiple of TPU's 128 lanes
-  and this attention will run splash's kernel (kernels.runs_splash, asked with the
-  projections' shapes), not while decoding, nor for the written-out attention.
+  """Whether q/k/v stay flat, [batch, len, heads * d], in their projections' dots and
+  where remat policies save them: only when d is not a multiple of TPU's 128 lanes and
+  splash will run this attention (kernels.runs_splash on the projections' shapes).
 
-  Why: what a policy saves is stacked over the scanned layers, and XLA gives that stack
-  the layout of its consumer. Splash reads [.., len, d] tiles, so with d = 64 each saved
-  q/k/v would sit in 128-lane tiles half empty; flat, no dimension of 64 is left to pad
-  (docs/performance.md, "q, k and v saved flat"). The price is a relayout of each q/k/v
-  per layer into the kernel's tiles, which the other paths do not need.
+  Why: a saved stack takes its consumer's layout; splash reads [.., len, d] tiles, so a
+  d = 64 q/k/v would sit in half-empty 128-lane tiles (docs/performance-notes.md, "Remat
+  policies and splash attention on TPU"), at the price of one relayout per layer.
   """
   if (cfg.decode or cfg.attention_impl == "reference" or cfg.d_head % kernels.LANES == 0):
     return False

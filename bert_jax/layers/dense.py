@@ -1,12 +1,10 @@
 """The products of the Dense / DenseGeneral layers: mixed precision, a flat layout for
-TPU's lanes, and a hook for products with another gradient (the tied output layer that
-shares an embedding table is layers/embedding.py's).
+TPU's lanes, and a hook for products with another gradient.
 
-`for_config(cfg)` is the `dot_general=` flax's `nn.Dense` / `nn.DenseGeneral` take. With
-cfg.matmul_dtype both operands are cast to it and accumulated in float32. With
-cfg.dense_grad_2d, the products installed by `install_grad_2d` are used (the CPU tuning,
-hardware/cpu_dense.py: the same values, 2-D gradients); with none installed the flag
-changes nothing.
+`for_config(cfg)` is the `dot_general=` of flax's `nn.Dense` / `nn.DenseGeneral`: with
+cfg.matmul_dtype both operands cast to it, accumulated in float32; with
+cfg.dense_grad_2d the products `install_grad_2d` set (hardware/cpu_dense.py on CPU: the
+same values, 2-D gradients), and with none installed the flag changes nothing.
 """
 from __future__ import annotations
 
@@ -74,7 +72,7 @@ def flat(dot_general=None):
   Why: the attention projections' dots are [batch, len, embed] x [embed, heads, d] ->
   [batch, len, heads, d] (and W^O the reverse). With d = 64 on TPU, what a remat policy
   such as dots_no_batch saves of them is that raw dot output, whose scanned stack takes
-  a layout with d minor, padded to 128 lanes (docs/performance.md). A [batch, len,
+  a layout with d minor, padded to 128 lanes (docs/performance-notes.md). A [batch, len,
   heads * d] dot has no 64-wide dimension to pad. Used where splash attention runs
   (attention.splash_layout).
   """

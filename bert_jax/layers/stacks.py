@@ -24,7 +24,7 @@ Array = jax.Array
 # blocks tag with checkpoint_name (attention.py: query_proj, key_proj, value_proj, out_proj),
 # as MaxText's save_qkv_proj / save_dot_except_mlp do, and recompute the rest; the
 # *_offloaded ones move what they keep to host memory (pinned_host) and back for the
-# backward. docs/performance.md compares them on TPU topologies.
+# backward. docs/performance-notes.md, "Remat policies and splash attention on TPU".
 _QKV = ("query_proj", "key_proj", "value_proj")
 _POLICIES = jax.checkpoint_policies
 _REMAT_POLICIES = {
