@@ -85,7 +85,7 @@ def get_config(arg=None):
 def get_sweep(hyper):
   """Attention implementation x global batch for `launch/sweep.py --aot TOPOLOGY` with
   SIZE small (GPT-2 124M at 1,024 tokens): the largest batch each attention fits in one
-  step (no accumulation), splash (layers/splash.py) against the written-out XLA softmax.
+  step (no accumulation), splash (kernels/splash.py) against the written-out XLA softmax.
 
     python launch/sweep.py --config configs/gpt.py:small --aot v5e:4x4
   """

@@ -55,7 +55,7 @@ _TRACE_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 def trace_platform() -> str:
   """"tpu" / "gpu" / "cpu": what the code being traced will compile for. Inside
   `traced_on` the mesh's devices say it (an AOT compile traces for a TPU topology on a CPU
-  host); elsewhere jax's default backend. Per-platform kernels (layers/splash.py) ask this.
+  host); elsewhere jax's default backend. Per-platform kernels (kernels/) ask this.
   """
   platform = _TRACE_PLATFORM.get() or jax.default_backend()
   return "gpu" if platform in ("cuda", "rocm") else platform

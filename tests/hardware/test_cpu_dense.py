@@ -190,7 +190,7 @@ def test_bf16_matmul_gradient_takes_its_backward_products_in_bf16_too():
 
 
 def test_kernels_cast_once_at_load_compute_the_same_and_leave_no_convert():
-  """dense.cast_kernels (generate / translate at load): a bf16-matmul GPT gives the same
+  """decoding/weights.cast_kernels (generate / translate at load): a bf16-matmul GPT gives the same
   logits from kernels stored in bf16 as from float32 ones, and its compiled forward pass
   no longer converts a float32 kernel (it did once per call)."""
   import re  # pylint: disable=g-import-not-at-top
@@ -222,7 +222,7 @@ def test_kernels_cast_once_at_load_compute_the_same_and_leave_no_convert():
 
 
 def test_tied_attend_trains_through_transposed_dot_and_decodes_through_embed_attend():
-  """dense.attend (GPT's and the translation decoder's tied output layer): where
+  """embedding.attend (GPT's and the translation decoder's tied output layer): where
   dense_grad_2d (CPU), training takes transposed_dot's 2-D gradient; decoding keeps
   flax's Embed.attend (faster at a few rows). Same logits and gradients either way."""
   from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
