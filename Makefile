@@ -41,12 +41,10 @@ install-test: $(TEST_STAMP)
 # contiguous half of the files and an idle one takes tests from the other's tail, so a
 # module's tests mostly stay on one worker and its module-scoped fixtures (a trained
 # workdir, a prepared dataset) are built once, not once per worker as `--dist load`'s
-# round-robin chunks made them (bench/RESULTS.md, "The suite, 2026-11-28").
+# round-robin chunks made them (`git show 0762931:bench/RESULTS.md`, "The suite, 2026-11-28").
 PYTEST_N = -n 2 --dist worksteal
-# glibc's huge pages for XLA's big host buffers (bert_jax/hardware/host_malloc.py; the training CLI
-# sets its own policy, the test workers train in process); a GLIBC_TUNABLES of your own is
-# kept. Not the CLI's whole policy: the suite is mostly compiles, and one malloc arena for
-# every thread slows them (bench/RESULTS.md, "The host allocator after a pause").
+# glibc's huge pages for XLA's big host buffers, for the suite's time on 2 cores
+# (docs/performance-notes.md, "The host allocator"); a GLIBC_TUNABLES of your own is kept.
 HUGE_PAGES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}"
 test: $(TEST_STAMP)
 	$(HUGE_PAGES) $(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 tests

@@ -30,7 +30,7 @@ if "--xla_cpu_use_fusion_emitters" not in _XLA_FLAGS:
 # pass the tests' microsecond kernels gain nothing from). Measured in three interleaved
 # pairs on train/test_sharded_steps + test_decoding + layers/test_stacks in one process
 # (1,011 compiles): CPU 152.8 -> 142.2 s on average, each pair 8-13 s lower (the machine's
-# own drift between pairs was larger: bench/RESULTS.md, "The suite, 2026-11-28 evening").
+# own drift between pairs was larger: bench/RESULTS.md@0762931, "The suite, 2026-11-28 evening").
 for _flag in ("--xla_cpu_parallel_codegen_split_count=1",
               "--xla_llvm_disable_expensive_passes=true",
               "--xla_cpu_enable_concurrency_optimized_scheduler=false"):

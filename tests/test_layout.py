@@ -8,6 +8,7 @@ their line counts added up; kernels/ modules are counted where imported but not 
 """
 import ast
 import os
+import re
 
 import pytest
 
@@ -105,6 +106,22 @@ def test_model_code_is_plain_for_every_backend(room):
       if isinstance(node, ast.Attribute) and node.attr in ("environ", "default_backend"):
         bad.append(f"{path}: uses .{node.attr}")
   assert bad == []
+
+
+# A figure with a unit, a version pin, a speed claim or a bench citation.
+_FIGURES = re.compile(r"RESULTS|\bjax \d+\.\d|\d(\.\d+)? ?(ms|GiB|MiB|GB/s|TFLOP/s|seconds)\b"
+                      r"|\d+(\.\d+)?x (faster|slower)|\d+% (faster|slower)")
+
+
+@pytest.mark.parametrize("room", ["layers", "models"])
+def test_model_code_comments_carry_no_timings_or_pins(room):
+  """Design notes with figures live in docs pages, which the code may name."""
+  hits = []
+  for path in _py_files(os.path.join("bert_jax", room)):
+    with open(path, encoding="utf-8") as f:
+      hits += [f"{os.path.relpath(path, ROOT)}:{i}: {line.strip()}"
+               for i, line in enumerate(f, 1) if _FIGURES.search(line)]
+  assert hits == []
 
 
 def test_the_package_root_is_short():

@@ -1,6 +1,6 @@
 """The optimizer update of a fine-tuning step alone: our optax chain against one fused pass.
 
-  .venv/bin/python bench/optimizer_update.py [--calls 10]
+  .venv/bin/python tools/optimizer_update.py [--calls 10]
 
 What issue 39's profile calls "optimizer" (69 ms of our packed step against torch's fused
 AdamW's 24 ms): train/steps.py's own optimizer_update on CPU, i.e. the optax chain that train/optim.make_optimizer builds from configs/finetune_classification.py:
@@ -21,18 +21,20 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bert_jax.hardware import host_malloc  # noqa: E402  pylint: disable=wrong-import-position
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The root, bench/ (bench_util) and the suites whose parts the probes reuse.
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "bench")] + [
+    os.path.join(_ROOT, "bench", d) for d in ("time_to_quality", "finetune", "inference")]
+from bert_jax import hardware  # noqa: E402  pylint: disable=wrong-import-position
 
-host_malloc.reexec_with_huge_pages()  # as the training CLI runs
+hardware.configure()  # as the training CLI runs
 
 import jax  # noqa: E402  pylint: disable=wrong-import-position
 import jax.numpy as jnp  # noqa: E402  pylint: disable=wrong-import-position
 import optax  # noqa: E402  pylint: disable=wrong-import-position
 
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
-from finetune_vs_trainer import configured  # noqa: E402  pylint: disable=wrong-import-position
+from vs_trainer import configured  # noqa: E402  pylint: disable=wrong-import-position
 
 L, H, F, VOCAB = 6, 384, 1536, 30522  # all-MiniLM-L6-v2
 

@@ -2,27 +2,24 @@
 pretraining train step timed with the module's functions as they are and as they were,
 interleaved, so both see the same machine state (this CPU drifts ~10% within an hour).
 
-  .venv/bin/python bench/step_ab.py --at d1f6f0f --module bert_jax.train.losses \
+  .venv/bin/python tools/step_ab.py --at d1f6f0f --module bert_jax.train.losses \
       --names softmax_cross_entropy,correct_count [--config configs/bert_tiny.py:bert]
       [--sizes config] [--batch 32] [--rounds 20] [--steps 10]
       [--switch bert_jax.layers.cpu_threefry.use_unrolled] [--finetune 128]
 
-Builds the step exactly as bench/pretrain_profile.py does (the config at its own sizes,
+Builds the step exactly as tools/pretrain_profile.py does (the config at its own sizes,
 or BERT-base's with --sizes base; the loop's jitted step, one device), twice: once with
 the named functions of --module as they were at --at (its source from `git show`,
 loaded as a separate module), once as they are now. A function the step calls through
 the module's attribute (`losses.softmax_cross_entropy(...)`), or through a name another
-bert_jax module imported from it (`from bert_jax.layers.config import layer_norm`), is
+bert_jax module imported from it (`from bert_jax.layers.norm import layer_norm`), is
 traced with whichever version is installed when the step first compiles. --switch names a function of one
 bool that changes how later programs compile (a lowering rule): called with False
 before the baseline is built and True before today's; with it, --at, --module and
 --names may be left out. Then --rounds rounds of --steps
-steps a side, alternating (--finetune LENGTH times bench/finetune_profile.py's packed
+steps a side, alternating (--finetune LENGTH times tools/finetune_profile.py's packed
 all-MiniLM-L6-v2 fine-tuning step at that row length instead of pretraining); prints each side's median and best ms a step, the median of
-the rounds' new/old ratios, and the load before and after. Like the training CLI it
-runs with huge pages for the host allocator (importing bench/ttq_ours_worker.py restarts
-the process with them unless GLIBC_TUNABLES already names the tunable:
-bert_jax/hardware/host_malloc.py).
+the rounds' new/old ratios, and the load before and after.
 """
 from __future__ import annotations
 
@@ -36,8 +33,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The root, bench/ (bench_util) and the suites whose parts the probes reuse.
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "bench")] + [
+    os.path.join(_ROOT, "bench", d) for d in ("time_to_quality", "finetune", "inference")]
 
 
 def module_at(commit: str, module: str):
@@ -84,7 +83,7 @@ def main() -> None:
   p.add_argument("--steps", type=int, default=10)
   p.add_argument("--data_dir", default="~/bert_jax_data")
   p.add_argument("--finetune", type=int, metavar="LENGTH",
-                 help="time the packed fine-tuning step (bench/finetune_profile.py) instead")
+                 help="time the packed fine-tuning step (tools/finetune_profile.py) instead")
   args = p.parse_args()
   swap = (args.at, args.module, args.names)
   if any(swap) and not all(swap) or not any(swap) and not args.switch:
@@ -100,7 +99,7 @@ def run(args) -> None:
   import bench_util
   import jax
   import pretrain_profile
-  import ttq_ours_worker  # noqa: F401  pylint: disable=unused-import  (restarts with huge pages, once)
+  import ours_worker as ttq_ours_worker  # noqa: F401  pylint: disable=unused-import  (settles the platform)
   bench_util.header("step_ab")
   module, names, versions = None, [], {"before": [], "now": []}
   if args.module:

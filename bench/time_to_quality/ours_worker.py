@@ -1,12 +1,12 @@
-"""Our side of bench/time_to_quality.py: a pretraining config trained against a clock.
+"""Our side of bench/time_to_quality/time_to_quality.py: a pretraining config trained against a clock.
 
 Started by the driver with our venv's python, never run by hand:
 
-  .venv/bin/python bench/ttq_ours_worker.py --spec SPEC.json
+  .venv/bin/python bench/time_to_quality/ours_worker.py --spec SPEC.json
 
 SPEC: `config` (path:arg, e.g. configs/bert_tiny.py:demo), `overrides` ({dotted key:
 value}, data.data_dir among them), `masked` (the scorer's fixed set for this config's
-vocabulary, bench/ttq_scorer.py), `curve` (a jsonl file: one row per checkpoint),
+vocabulary, bench/time_to_quality/scorer.py), `curve` (a jsonl file: one row per checkpoint),
 `budget_s`, `every_s`, `max_steps` (0: the config's num_steps), `fit_steps` (num_steps =
 the measured steps/s x (budget - the compile), warmup in the config's proportion),
 `interleave` (pause for the driver before the clock starts and at every score point:
@@ -20,9 +20,8 @@ at the end of the config's schedule (or `max_steps`); every `every_s` of trainin
 (and at step 0 and at the stop) the params are scored on the fixed masked set with the
 clock paused. The training clock starts before the first step, so it holds the steps'
 compile (what a user waits for) and the data loader; state creation and data preparation
-(cached) are off it. The worker restarts itself once with the training CLI's
-GLIBC_TUNABLES (bert_jax/hardware/host_malloc.py SETTING); a driver started with a glibc.malloc
-tunable of its own (e.g. glibc.malloc.hugetlb=0) keeps that.
+(cached) are off it. The worker settles the platform as the training CLI does
+(hardware.configure).
 
 Answers one JSON line: steps, training seconds, real (non-padding) tokens, tokens/s over
 the whole clock and over the steps after the first two (compile excluded), why it stopped.
@@ -36,19 +35,18 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
-import ttq_scorer  # noqa: E402  pylint: disable=wrong-import-position
-from bert_jax.hardware import host_malloc  # noqa: E402  pylint: disable=wrong-import-position
+import scorer as ttq_scorer  # noqa: E402  pylint: disable=wrong-import-position
+from bert_jax import hardware  # noqa: E402  pylint: disable=wrong-import-position
 
-# As `python -m bert_jax.main` runs: restarted once with glibc's huge pages for XLA's
-# big host buffers (bert_jax/hardware/host_malloc.py), unless the driver's environment says otherwise.
-host_malloc.reexec_with_huge_pages()
+hardware.configure()  # as `python -m bert_jax.main` runs
 
 PROG = "ttq_ours_worker"
 PREDICT_BATCH = 64
 PROBE_WARMUP = 3  # untimed first steps of the fit_steps probe (the first: the compile)
-PROBE_STEPS = 24  # its timed steps, as bench/ttq_hf_worker.py's (~4 s at bert_tiny sizes)
+PROBE_STEPS = 24  # its timed steps, as bench/time_to_quality/hf_worker.py's (~4 s at bert_tiny sizes)
 
 
 def load_config(value: str, overrides: dict):
@@ -130,7 +128,7 @@ def main():
     # (warmup and decay, as configured in proportion) ends with the budget. The probe,
     # off the clock, measures the compile (on the clock in the run) and the step rate.
     # The probe runs the run's own loop (advance) for PROBE_STEPS steps after PROBE_WARMUP,
-    # as many as bench/ttq_hf_worker.py's. (4 steps after 2, dispatched without the
+    # as many as bench/time_to_quality/hf_worker.py's. (4 steps after 2, dispatched without the
     # run's wait, fitted 1912 steps that ended at 340 s of a 360-s budget on the Intel
     # Xeon; 24 after 3 without the wait, 2132 of which 2020 fitted in the budget.)
     state, p_train, _, it = build(int(tc.num_steps))

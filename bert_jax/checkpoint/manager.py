@@ -262,7 +262,9 @@ def run_differences(saved: dict, this_run: dict) -> list[str]:
   optimizer (its state is another tree), as "name=saved (this run: value)"."""
   def flat(meta):
     out = {"task": meta.get("task")}
-    out.update({f"model.{k}": v for k, v in (meta.get("model_config") or {}).items()})
+    from bert_jax.layers.config import RETIRED_FIELDS  # pylint: disable=g-import-not-at-top
+    out.update({f"model.{k}": v for k, v in (meta.get("model_config") or {}).items()
+                if k not in RETIRED_FIELDS})
     out["train.optimizer"] = ((meta.get("config") or {}).get("train") or {}).get("optimizer")
     return json.loads(json.dumps(out))  # tuples -> lists, as the saved JSON has them
   old, new = flat(saved), flat(this_run)

@@ -4,7 +4,7 @@ linear decay, weight decay 0.01; bf16 compute, params and optimizer state in flo
 
 Per-platform default: `model.scan_layers` is None, i.e. scanned layers on TPU/GPU (compile
 time independent of depth) and the 12 layers unrolled on CPU, where scan costs ~10% of
-every step (train/defaults.default_for; bench/RESULTS.md "Train step"). A resumed
+every step (train/defaults.default_for; bench/RESULTS.md@0762931 "Train step"). A resumed
 run keeps the layout of its checkpoints. --config.model.scan_layers=true|false fixes it.
 
 Run (one host; TPU pods: launch/tpu_pod.sh; SLURM: launch/slurm.sbatch):
@@ -19,10 +19,10 @@ from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
 # Attention dropout: the paper's 0.1, kept (a faithful recipe). No fused kernel has it
 # (splash has no dropout; jax 0.10.2's public cuDNN function neither), so attention takes
 # the written-out path, and the start-up line says so. It costs 2% of HBM at S128 and 10%
-# of the temporaries at S512 (bench/RESULTS.md "GPU as a first-class target"); for speed:
+# of the temporaries at S512 (bench/RESULTS.md@0762931 "GPU as a first-class target"); for speed:
 # --config.model.attention_dropout_rate=0 (as MosaicBERT and Cramming train).
 
-# Remat per phase, from the AOT table (bench/RESULTS.md "AOT", v5e:2x2, the recipe's 256
+# Remat per phase, from the AOT table (bench/RESULTS.md@0762931 "AOT", v5e:2x2, the recipe's 256
 # rows, data parallel): dots_no_batch needs 3.38 GiB per chip at S128 and 9.73 GiB at S512
 # of 16, so neither phase needs `full`'s recomputation of every matmul.
 S128_REMAT, S512_REMAT = "dots_no_batch", "dots_no_batch"

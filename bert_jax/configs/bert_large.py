@@ -15,10 +15,10 @@ from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
 # Attention dropout: the paper's 0.1, kept (a faithful recipe): the written-out attention
 # path on TPU and GPU (no fused kernel has dropout), said by the start-up line. At S512
 # it halves the largest batch with remat full on v5e:4x4 (4096 rows fit only with 0.0,
-# bench/RESULTS.md "GPU as a first-class target"): --config.model.attention_dropout_rate=0
+# bench/RESULTS.md@0762931 "GPU as a first-class target"): --config.model.attention_dropout_rate=0
 # for splash / cuDNN, as MosaicBERT and Cramming train.
 
-# Remat per phase, from the AOT tables (bench/RESULTS.md "AOT", v5e:4x4, mesh (4, 4, 1)):
+# Remat per phase, from the AOT tables (bench/RESULTS.md@0762931 "AOT", v5e:4x4, mesh (4, 4, 1)):
 # S128: dots_no_batch (saves the projections' outputs, recomputes attention and the
 #   elementwise ops) fits 2048 rows in 9.46 GiB per chip of 16; `full` buys no batch the
 #   phase uses and recomputes every matmul.

@@ -4,14 +4,14 @@ arg: bert (default) | demo.
   bert: BERT's original recipe (Devlin et al. 2019): post-LN, MLM + NSP pairs, dropout
         0.1 on the hidden states, linear warmup + decay, an 8,192-token vocabulary.
   demo: what `make demo` trains: the moves that raised the held-out MLM accuracy at the
-        demo's 8-minute CPU budget (bench/RESULTS.md "Demo recipe", bench/demo_recipe.py):
+        demo's 8-minute CPU budget (bench/time_to_quality/demo_recipe.py; bench/RESULTS.md):
         Cramming's (Geiping & Goldstein 2022) MLM only on packed rows (no NSP), pre-LN, no
         dropout; rotary positions (RoPE) instead of the learned absolute table, which a
         2-layer model needs most of the budget to turn into "my neighbours"; 30% of the
         tokens masked (Wettig et al. 2023), scored on BERT's 15% validation masks; peak
         learning rate 2e-3 reached half-way (one-cycle); Cramming's smaller vocabulary,
         4,096 WordPiece tokens, whose 25% faster step buys 1500 steps in the time of
-        1200 at 8,192 (bench/RESULTS.md "The fill-mask goal").
+        1200 at 8,192 (docs/performance-notes.md, "The demo's fill-mask goal").
 Run (offline; data preparation included):
   python -m bert_jax.main --config configs/bert_tiny.py:demo --workdir workdirs/bert_tiny_demo
   python -m bert_jax.main --config configs/bert_tiny.py --workdir workdirs/bert_tiny

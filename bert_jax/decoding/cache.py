@@ -60,7 +60,7 @@ def gather_beams(tree: Any, parents: Array, beam_size: int) -> Any:
   batch = parents.shape[0]
   flat = (jnp.arange(batch)[:, None] * beam_size + parents).reshape(-1)  # [B * beam]
   # mode="clip": the indices are in range by construction; the default "fill" would add a
-  # select over every gathered cache element (~6% of a beam-4 step in bench/decode.py).
+  # select over every gathered cache element (~6% of a beam-4 step in bench/inference/decode.py).
   return map_batched(lambda x, a: jnp.take(x, flat, axis=a, mode="clip"), tree,
                      skip_cross=True)
 

@@ -19,9 +19,10 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "qkv_proj", "kv_proj"
                   "dots_except_mlp", "qkv_proj_offloaded", "minimal_offloaded")  # stacks.py
 ATTENTION_IMPLS = ("auto", "splash", "xla", "cudnn", "reference")  # kernels.IMPLEMENTATIONS
 INITS = ("bert", "xavier")  # kernel_init / embed_init
-# Fields the meta of older checkpoints may hold that this code no longer has (the block
-# attention of packed rows, XLA:CPU tuning removed); from_dict reads them as absent.
-RETIRED_FIELDS = ("attention_block",)
+# Fields the meta of older checkpoints may hold that this code no longer has (XLA:CPU
+# tuning removed: the block attention of packed rows, the Dense layers' 2-D gradients);
+# from_dict reads them as absent.
+RETIRED_FIELDS = ("attention_block", "dense_grad_2d")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +65,6 @@ class TransformerConfig:
   # One of ATTENTION_IMPLS; "auto": splash on TPU, cuDNN on GPU, XLA on CPU (kernels/).
   attention_impl: str = "auto"
   scan_layers: bool = False
-  # The Dense layers' products with 2-D gradients, where an entry point installed them
-  # (layers/dense.py; hardware/cpu_dense.py on CPU). None = per platform
-  # (train/defaults.for_platform): on for CPU.
-  dense_grad_2d: Optional[bool] = None
   remat_policy: str = "none"        # one of REMAT_POLICIES
   deterministic: bool = False       # no dropout (eval / decode)
   decode: bool = False              # autoregressive decoding with a KV cache

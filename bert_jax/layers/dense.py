@@ -1,41 +1,13 @@
-"""The products of the Dense / DenseGeneral layers: mixed precision, a flat layout for
-TPU's lanes, and a hook for products with another gradient.
-
-`for_config(cfg)` is the `dot_general=` of flax's `nn.Dense` / `nn.DenseGeneral`: with
-cfg.matmul_dtype both operands cast to it, accumulated in float32; with
-cfg.dense_grad_2d the products `install_grad_2d` set (hardware/cpu_dense.py on CPU: the
-same values, 2-D gradients), and with none installed the flag changes nothing.
+"""The products of the Dense / DenseGeneral layers: mixed precision and a flat layout for
+TPU's lanes. `for_config(cfg)` is the `dot_general=` of flax's `nn.Dense` /
+`nn.DenseGeneral`: with cfg.matmul_dtype both operands cast to it, accumulated in float32.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
-
 import jax
 import jax.numpy as jnp
 from jax import lax
-
-
-class Grad2D(NamedTuple):
-  """Products with another gradient (hardware/cpu_dense.py): dot_general(lhs, rhs,
-  dimension_numbers, precision=None, preferred_element_type=None, matmul_dtype=None),
-  transposed_dot(x, table, matmul_dtype), add_bias(y, bias)."""
-  dot_general: Callable
-  transposed_dot: Callable
-  add_bias: Callable
-
-
-_GRAD_2D: list[Grad2D] = []   # what install_grad_2d set: empty, or one entry
-
-
-def install_grad_2d(products: Grad2D | None) -> None:
-  """Makes `products` the ones dense_grad_2d configs take (None: none again)."""
-  _GRAD_2D[:] = [] if products is None else [products]
-
-
-def grad_2d(cfg) -> Grad2D | None:
-  """The installed products when cfg.dense_grad_2d asks for them, else None."""
-  return _GRAD_2D[0] if cfg.dense_grad_2d and _GRAD_2D else None
 
 
 def _is_dense(lhs_ndim: int, dimension_numbers) -> int:
@@ -54,13 +26,10 @@ def _dims(n: int, lhs_ndim: int):
 
 def for_config(cfg):
   """The `dot_general=` of a Dense layer under TransformerConfig `cfg` (None = lax's)."""
-  products = grad_2d(cfg)
-  if cfg.matmul_dtype is not None:
-    dtype = jnp.dtype(cfg.matmul_dtype)
-    if products:
-      return lambda *args, **kwargs: products.dot_general(*args, matmul_dtype=dtype, **kwargs)
-    return lambda *args, **kwargs: cast_dot_general(dtype, *args, **kwargs)
-  return products.dot_general if products else None
+  if cfg.matmul_dtype is None:
+    return None
+  dtype = jnp.dtype(cfg.matmul_dtype)
+  return lambda *args, **kwargs: cast_dot_general(dtype, *args, **kwargs)
 
 
 def flat(dot_general=None):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax.linen.dtypes import promote_dtype
 
 from bert_jax.layers import dense as dense_lib
 from bert_jax.layers.config import TransformerConfig
@@ -39,22 +38,9 @@ def vocab_logits(logits, config: TransformerConfig):
 def attend(cfg, embedder, x, logits_dtype=jnp.float32):
   """A tied output layer: x [..., d] · embedder.embeddingᵀ -> logits [..., vocab] in
   logits_dtype (None: the product's own, x's compute dtype; float32 with
-  cfg.matmul_dtype), the operands in cfg.matmul_dtype if set (else flax's Embed.attend).
-  With dense_grad_2d products installed, training and scoring take their transposed_dot;
-  decoding keeps Embed.attend."""
-  products = None if cfg.decode else dense_lib.grad_2d(cfg)
-  if products:
-    x, table = promote_dtype(x, embedder.embedding, dtype=cfg.compute_dtype)  # as attend
-    logits = products.transposed_dot(x, table, cfg.matmul_dtype)
-  elif cfg.matmul_dtype is None:
-    logits = embedder.attend(x)
-  else:
+  cfg.matmul_dtype), the operands in cfg.matmul_dtype if set (else flax's Embed.attend)."""
+  if cfg.matmul_dtype is not None:
     return dense_lib.cast_dot_general(jnp.dtype(cfg.matmul_dtype), x, embedder.embedding,
-                            (((x.ndim - 1,), (1,)), ((), ())))       # float32
+                                      (((x.ndim - 1,), (1,)), ((), ())))       # float32
+  logits = embedder.attend(x)
   return logits if logits_dtype is None else logits.astype(logits_dtype)
-
-
-def add_bias(cfg, y, bias):
-  """y [..., n] + bias [n], through the installed dense_grad_2d products when set."""
-  products = dense_lib.grad_2d(cfg)
-  return products.add_bias(y, bias) if products else y + bias

@@ -157,7 +157,7 @@ class MlmHead(nn.Module):
     bias = self.param("bias", cfg.zeros_init("vocab"), (cfg.padded_vocab,), cfg.params_dtype)
     logits = attend(x)                                        # [..., padded_vocab]
     bias = bias.astype(logits.dtype)  # x's dtype; float32 with model.matmul_dtype
-    logits = embedding_lib.add_bias(cfg, logits, bias)
+    logits = logits + bias
     # Vocabulary over tensor, as the table's rows: the matmul's natural output layout.
     logits = sharding.constrain(logits, ("batch",) + (None,) * (logits.ndim - 2) + ("vocab",))
     return vocab_logits(logits, cfg)                          # [..., vocab]

@@ -77,7 +77,7 @@ def model_config(variant: str, **overrides) -> ml_collections.ConfigDict:
 
 
 # TransformerConfig bool fields whose None means "the platform's default" (default_for).
-PER_PLATFORM_FIELDS = ("scan_layers", "dense_grad_2d")
+PER_PLATFORM_FIELDS = ("scan_layers",)
 # Deepest stack that runs unrolled on CPU when scan_layers is per platform (None).
 CPU_UNROLLED_MAX_LAYERS = 12
 
@@ -88,16 +88,12 @@ def default_for(field: str, num_layers: int, platform: str) -> bool:
   scan_layers: accelerators scan: the compile time of a scanned stack does not grow with
   depth (24 layers: 7.7 s vs 36.6 s here) and remat policies apply per layer. On CPU,
   scan costs 8-10% of every step (the stacked-layer bookkeeping: dynamic slices of the
-  stacked params and residuals, bench/RESULTS.md "Train step"), which repays the extra
+  stacked params and residuals, bench/RESULTS.md@0762931 "Train step"), which repays the extra
   compile of a shallow model within a few hundred steps, so up to CPU_UNROLLED_MAX_LAYERS
   layers are unrolled there.
-  dense_grad_2d: CPU only (layers/dense.py: -15% step time there; on TPU its re-measure
-  with the pins applied compared a different recomputation, not the gradient's form).
   """
   if field == "scan_layers":
     return platform != "cpu" or num_layers > CPU_UNROLLED_MAX_LAYERS
-  if field == "dense_grad_2d":
-    return platform == "cpu"
   raise KeyError(f"{field!r} is not one of {PER_PLATFORM_FIELDS}")
 
 

@@ -25,7 +25,7 @@ def softmax_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Arr
   # logit alone (a gather) and, with smoothing, the row's sum: no [..., classes] one-hot
   # or log_softmax array is materialized. The MLM head's [batch, P, vocab] logits are the
   # big case: its one-hot product was a whole extra pass over them forward and backward
-  # (bench/RESULTS.md "The MLM loss without a one-hot").
+  # (bench/RESULTS.md@0762931 "The MLM loss without a one-hot").
   lse = jax.nn.logsumexp(logits, axis=-1)                        # [...]
   true_logit = label_logit(logits, labels)                       # [...]
   if label_smoothing:

@@ -103,7 +103,7 @@ def train_step(state: TrainState, batch, *, task, tx: optax.GradientTransformati
 def optimizer_update(tx: optax.GradientTransformation, grads, loss, params, opt_state):
   """(new params, new optimizer state, gradient global norm, finite): the optimizer's
   update of `params` by `grads` under the non-finite guard (a non-finite loss or
-  gradient norm leaves both as they were). Also bench/optimizer_update.py's subject."""
+  gradient norm leaves both as they were). Also tools/optimizer_update.py's subject."""
   grad_norm = optax.global_norm(grads)
   finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 

@@ -147,7 +147,7 @@ def test_cpu_keeps_the_projections_dots_as_they_were(capsys):
 
 def _saved_activations(policy, x, capsys, **overrides):
   """jax.ad_checkpoint.print_saved_residuals' lines for [batch, len, ...] activations."""
-  enc = Encoder(TINY.replace(num_layers=1, remat_policy=policy, dense_grad_2d=False,
+  enc = Encoder(TINY.replace(num_layers=1, remat_policy=policy,
                              **overrides))
   p = enc.init(jax.random.key(0), x)
   capsys.readouterr()
@@ -199,7 +199,7 @@ def test_named_remat_policies_keep_the_gradients(monkeypatch):
   mask = masks.padding_mask(jnp.array([[1] * 6, [1] * 4 + [0] * 2]))
 
   def encoder(policy):
-    return Encoder(TINY.replace(scan_layers=True, remat_policy=policy, dense_grad_2d=False))
+    return Encoder(TINY.replace(scan_layers=True, remat_policy=policy))
 
   # The remat policy and q/k/v's layout change no parameter: every policy's gradients are
   # taken at the same params (one jitted init instead of one op-by-op init per policy).

@@ -128,30 +128,6 @@ def test_variants_table_and_unknown_names():
     get_model_config("bert/base", hidden_szie=3)
 
 
-def test_dense_grad_2d_changes_no_output_and_no_gradient(tiny_bert):
-  # layers/dense.py's gradients (the CPU default) against jax's own, through the model.
-  _, variables = tiny_bert
-  ids = jax.random.randint(jax.random.key(1), (2, 12), 5, 64)
-  mask = jnp.ones((2, 12), jnp.int32)
-  seg = jnp.zeros((2, 12), jnp.int32)
-  positions = jnp.array([[1, 4, 11], [0, 2, 6]])
-
-  def loss_and_grads(flag):
-    model = BertForPreTraining(TINY.replace(dense_grad_2d=flag))
-
-    def loss(params):
-      out = model.apply({"params": params}, ids, mask, seg, positions)
-      return jnp.sum(out["mlm_logits"] ** 2) + jnp.sum(out["nsp_logits"] ** 2)
-    return jax.jit(jax.value_and_grad(loss))(variables["params"])
-
-  (l2d, g2d), (lj, gj) = loss_and_grads(True), loss_and_grads(False)
-  np.testing.assert_allclose(l2d, lj, rtol=1e-6)
-  flat_2d = dict(jax.tree_util.tree_leaves_with_path(g2d))
-  for path, want in jax.tree_util.tree_leaves_with_path(gj):
-    np.testing.assert_allclose(flat_2d[path], want, rtol=1e-4, atol=1e-5,
-                               err_msg=jax.tree_util.keystr(path))
-
-
 def _dots(jaxpr):
   """Every dot_general of a jaxpr, inside custom_vjp calls and other sub-jaxprs too."""
   for eqn in jaxpr.eqns:
@@ -164,13 +140,11 @@ def _dots(jaxpr):
           yield from _dots(sub)
 
 
-@pytest.mark.parametrize("dense_grad_2d", [True, False])
-def test_matmul_dtype_reaches_the_tied_mlm_projection(dense_grad_2d):
+def test_matmul_dtype_reaches_the_tied_mlm_projection():
   """model.matmul_dtype casts the operands of the MLM head's product with the embedding
-  table too (on CPU's 2-D-gradient path, transposed_dot, as on jax's), as the Dense
-  layers': its logits are float32 sums of bf16 operands. (The head ignored it: the
-  largest product of a pretraining step stayed float32.)"""
-  cfg = TINY.replace(vocab_size=300, matmul_dtype="bfloat16", dense_grad_2d=dense_grad_2d)
+  table too, as the Dense layers': its logits are float32 sums of bf16 operands. (The
+  head ignored it: the largest product of a pretraining step stayed float32.)"""
+  cfg = TINY.replace(vocab_size=300, matmul_dtype="bfloat16")
   model = BertForPreTraining(cfg)
   inputs = dummy_inputs(2, 12, 3)
   variables = jax.eval_shape(model.init, jax.random.key(0), **inputs)

@@ -19,31 +19,27 @@ def _exec(name):
   return module.get_config()
 
 
-@pytest.mark.parametrize("platform,layers,scan,dense_2d", [
-    ("cpu", 2, False, True), ("cpu", 12, False, True), ("cpu", 24, True, True),
-    ("tpu", 2, True, False), ("tpu", 12, True, False), ("gpu", 12, True, False)])
-def test_platform_defaults(platform, layers, scan, dense_2d):
+@pytest.mark.parametrize("platform,layers,scan", [
+    ("cpu", 2, False), ("cpu", 12, False), ("cpu", 24, True),
+    ("tpu", 2, True), ("tpu", 12, True), ("gpu", 12, True)])
+def test_platform_defaults(platform, layers, scan):
   assert defaults.default_for("scan_layers", layers, platform) is scan
-  assert defaults.default_for("dense_grad_2d", layers, platform) is dense_2d
   cfg = get_model_config("bert/tiny", num_layers=layers, scan_layers=None)
-  fixed = defaults.for_platform(cfg, platform)
-  assert (fixed.scan_layers, fixed.dense_grad_2d) == (scan, dense_2d)
+  assert defaults.for_platform(cfg, platform).scan_layers is scan
   # Explicit values are kept.
-  kept = defaults.for_platform(cfg.replace(scan_layers=not scan, dense_grad_2d=False), platform)
-  assert (kept.scan_layers, kept.dense_grad_2d) == (not scan, False)
+  assert defaults.for_platform(cfg.replace(scan_layers=not scan), platform).scan_layers is (
+      not scan)
 
 
 def test_pretraining_configs_leave_the_layout_to_the_platform():
   base, large = _exec("bert_base"), _exec("bert_large")
   assert base.model.scan_layers is None and large.model.scan_layers is None
-  assert base.model.dense_grad_2d is None
   # On this CPU host: BERT-base (12 layers) unrolls, BERT-large (24) scans.
   assert defaults.transformer_config(base).scan_layers is False
-  assert defaults.transformer_config(base).dense_grad_2d is True
   assert defaults.transformer_config(large).scan_layers is True
   # For a TPU target (bert_jax.aot) both scan, and the config then says so.
   defaults.resolve_platform(base, "tpu")
-  assert base.model.scan_layers is True and base.model.dense_grad_2d is False
+  assert base.model.scan_layers is True
   # An explicit value is kept whatever the platform; the field still takes bools only.
   large.model.scan_layers = False
   defaults.resolve_platform(large, "tpu")

@@ -1,6 +1,6 @@
 """Two JAX processes (4 CPU devices each) that train what one process trains, and stop and
 restore together: the suite's multi-process test (scripts/multihost.py runs the full matrix
-of meshes and process counts, bench/RESULTS.md "Multi-host equivalence").
+of meshes and process counts, bench/RESULTS.md@0762931 "Multi-host equivalence").
 
 The reference is the same run uninterrupted in this process on 8 devices; then one workdir
 taken through:

@@ -43,7 +43,7 @@ from bert_jax.train.writer import log
 # TransformerConfig fields a fine-tuning config may set on top of a pretrained encoder's
 # architecture: numerics, regularization and layout, never sizes.
 RUN_FIELDS = ("dtype", "param_dtype", "matmul_dtype", "attention_impl", "scan_layers",
-              "remat_policy", "dropout_rate", "attention_dropout_rate", "dense_grad_2d")
+              "remat_policy", "dropout_rate", "attention_dropout_rate")
 
 
 def _resolve_encoder(config: ml_collections.ConfigDict):

@@ -1,0 +1,104 @@
+"""layers/dense.py: the flat layout computes the same contraction, matmul_dtype's casts
+and float32 accumulation (the tied output layer's too), kernels cast once at load."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+
+from bert_jax.decoding import weights as decode_weights
+from bert_jax.layers import dense
+from bert_jax.layers import embedding
+
+
+@pytest.mark.parametrize("x_shape,w_shape,n", [
+    ((2, 3, 5), (5, 4, 3), 1),           # q/k/v: [batch, len, embed] -> [batch, len, heads, d]
+    ((2, 3, 4, 3), (4, 3, 5), 2),        # W^O: [batch, len, heads, d] -> [batch, len, embed]
+])
+def test_flat_computes_the_same_contraction_through_its_inner_dot(x_shape, w_shape, n):
+  inner = None
+  kx, kw, kg = jax.random.split(jax.random.key(1), 3)
+  x, w = jax.random.normal(kx, x_shape), jax.random.normal(kw, w_shape)
+  dims = ((tuple(range(len(x_shape) - n, len(x_shape))), tuple(range(n))), ((), ()))
+  probe = jax.random.normal(kg, x_shape[:len(x_shape) - n] + w_shape[n:])
+  seen = []
+
+  def recording(lhs, rhs, dimension_numbers, **kwargs):
+    seen.append((lhs.shape, rhs.shape))
+    return (inner or lax.dot_general)(lhs, rhs, dimension_numbers, **kwargs)
+
+  flat = dense.flat(recording)
+  np.testing.assert_allclose(flat(x, w, dims), lax.dot_general(x, w, dims), rtol=1e-6,
+                             atol=1e-6)
+  # The inner dot saw one merged contracted dim and one merged output dim.
+  assert seen[0] == (x_shape[:len(x_shape) - n] + (np.prod(w_shape[:n]),),
+                     (np.prod(w_shape[:n]), np.prod(w_shape[n:])))
+  loss = lambda fn: lambda x, w: jnp.sum(fn(x, w, dims) * probe)
+  want = jax.grad(loss(lax.dot_general), argnums=(0, 1))(x, w)
+  got = jax.grad(loss(flat), argnums=(0, 1))(x, w)
+  for g, e in zip(got, want):
+    assert g.shape == e.shape
+    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_flat_leaves_other_contractions_to_lax():
+  x, w = jnp.ones((3, 4, 5)), jnp.ones((3, 5, 6))
+  dims = (((2,), (1,)), ((0,), (0,)))  # a batched matmul: not a dense layer
+  assert dense._is_dense(x.ndim, dims) == 0  # pylint: disable=protected-access
+  np.testing.assert_array_equal(dense.flat()(x, w, dims), lax.dot_general(x, w, dims))
+  assert dense._is_dense(2, (((0,), (0,)), ((), ()))) == 0  # contracts x's leading dim
+
+
+def test_bf16_matmul_operands_accumulate_in_float32():
+  """matmul_dtype="bfloat16": operands rounded to bf16, products summed in float32 (the
+  float64 product of the rounded operands, not a bf16-rounded result), float32 out."""
+  from bert_jax.layers.config import TransformerConfig  # pylint: disable=g-import-not-at-top
+  kx, kw = jax.random.split(jax.random.key(4))
+  x = jax.random.normal(kx, (3, 64))
+  w = jax.random.normal(kw, (64, 5))
+  cfg = TransformerConfig(vocab_size=5, hidden_size=64, num_layers=1, num_heads=1,
+                          matmul_dtype="bfloat16")
+  got = dense.for_config(cfg)(x, w, (((1,), (0,)), ((), ())))
+  r = lambda a: np.asarray(a.astype(jnp.bfloat16).astype(jnp.float32), np.float64)
+  want = r(x) @ r(w)
+  assert got.dtype == jnp.float32
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert np.abs(np.asarray(x, np.float64) @ np.asarray(w, np.float64) - want).max() > 1e-3
+  table = nn.Embed(5, 64)
+  params = table.init(jax.random.key(5), jnp.zeros((1,), jnp.int32))
+  logits = table.apply(params, x, method=lambda m, x: embedding.attend(cfg, m, x))  # [3, 5]
+  np.testing.assert_allclose(logits, r(x) @ r(params["params"]["embedding"]).T,
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_kernels_cast_once_at_load_compute_the_same_and_leave_no_convert():
+  """decoding/weights.cast_kernels (generate / translate at load): a bf16-matmul GPT gives the same
+  logits from kernels stored in bf16 as from float32 ones, and its compiled forward pass
+  no longer converts a float32 kernel (it did once per call)."""
+  import re  # pylint: disable=g-import-not-at-top
+  from bert_jax.models.gpt import GPT  # pylint: disable=g-import-not-at-top
+  from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
+  cfg = get_model_config("gpt/small", num_layers=2, hidden_size=64, num_heads=4, mlp_dim=128,
+                         vocab_size=97, max_len=16, scan_layers=False, deterministic=True,
+                         matmul_dtype="bfloat16")
+  model = GPT(cfg)
+  ids = jax.random.randint(jax.random.key(6), (2, 16), 0, 97)
+  # As loaded for inference (a jitted init: one compile instead of op-by-op dispatch).
+  params = nn.unbox(jax.jit(model.init)(jax.random.key(7), ids)["params"])
+  assert decode_weights.cast_kernels(params, cfg.replace(matmul_dtype=None)) is params
+  cast = decode_weights.cast_kernels(params, cfg)
+  leaves = jax.tree_util.tree_leaves_with_path(cast)
+  kernels = [a for p, a in leaves if p[-1].key == "kernel"]
+  assert len(kernels) >= 8 and all(a.dtype == jnp.bfloat16 for a in kernels)
+  assert all(a.dtype == jnp.float32 for p, a in leaves if p[-1].key != "kernel")  # tables, LN
+  apply = jax.jit(lambda p, x: model.apply({"params": p}, x))
+  # One compile per kernel dtype, run for the logits and read for its HLO.
+  compiled_cast, compiled_f32 = (apply.lower(p, ids).compile() for p in (cast, params))
+  np.testing.assert_array_equal(compiled_cast(cast, ids), compiled_f32(params, ids))
+
+  def kernel_converts(compiled):  # f32 -> bf16 converts of a [64, ...] kernel in the HLO
+    return [l for l in compiled.as_text().splitlines()
+            if re.search(r"bf16\[64,[\d,]+\]\S* convert\(", l)]
+
+  assert kernel_converts(compiled_f32) and not kernel_converts(compiled_cast)
