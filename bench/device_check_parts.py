@@ -6,7 +6,6 @@ stock CUDA image without tensorflow-datasets, grain, array_record or gensim.
 """
 from __future__ import annotations
 
-import functools
 import re
 import time
 
@@ -15,8 +14,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bert_jax.kernels import masks
 from bert_jax.runtime import parallel
-from bert_jax.layers import attention as A
+from bert_jax import kernels as kernels_lib
 from bert_jax.train import mfu, optim
 from bert_jax.train.defaults import base_config, model_config, train_config
 from bert_jax.train.loop import create_sharded_state, jit_steps
@@ -40,9 +40,9 @@ def attention_cases(b: int, t: int, h: int, d: int) -> dict:
   padding = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)        # [b, t]
   cut = t // 3
   packed = np.where(np.arange(t)[None] < cut, 1, 2) * padding                # 2 docs a row
-  return {"padded": A.SegmentMask(None, jnp.asarray(padding)),
-          "packed": A.SegmentMask(jnp.asarray(packed), jnp.asarray(packed)),
-          "causal": A.SegmentMask(causal=True)}
+  return {"padded": masks.SegmentMask(None, jnp.asarray(padding)),
+          "packed": masks.SegmentMask(jnp.asarray(packed), jnp.asarray(packed)),
+          "causal": masks.SegmentMask(causal=True)}
 
 
 def check_attention(b: int, t: int, h: int, d: int, tol: float = 3e-2) -> list[dict]:
@@ -56,7 +56,7 @@ def check_attention(b: int, t: int, h: int, d: int, tol: float = 3e-2) -> list[d
 
   def loss(q, k, v, mask, impl):
     dtype = jnp.float32 if impl == "reference" else jnp.bfloat16
-    out = A.dot_product_attention(*(x.astype(dtype) for x in (q, k, v)), mask=mask,
+    out = kernels_lib.attention(*(x.astype(dtype) for x in (q, k, v)), mask=mask,
                                   dtype=dtype, implementation=impl)
     return jnp.sum(out.astype(jnp.float32) * cot.astype(jnp.float32)), out
 
@@ -71,7 +71,7 @@ def check_attention(b: int, t: int, h: int, d: int, tol: float = 3e-2) -> list[d
     results[impl] = (got, kernels(compiled.as_text()) or ["xla fusions"])
   rows = []
   for name, mask in cases.items():
-    has_key = np.broadcast_to(np.asarray(A.as_dense(mask, t, t)).any(-1)[:, 0], (b, t))
+    has_key = np.broadcast_to(np.asarray(masks.as_dense(mask, t, t)).any(-1)[:, 0], (b, t))
     for impl in ("auto", "xla"):
       errs = [float(np.max(np.abs(g[has_key] - w[has_key])) / max(np.max(np.abs(w)), 1e-6))
               for g, w in zip(results[impl][0][name], results["reference"][0][name])]
@@ -154,7 +154,7 @@ def time_train_step(name: str, config, family: str, steps: int, profile_dir: str
           "mfu": mfu.mfu(flops, step_s, 1, peak.flops), "peak": peak.describe(),
           "peak_memory_gib": (stats["peak_bytes_in_use"] / 2**30
                               if "peak_bytes_in_use" in stats else None),
-          "attention": A.describe_path(task.model_config, int(tc.batch_size), seq)}
+          "attention": kernels_lib.describe_path(task.model_config, int(tc.batch_size), seq)}
 
 
 # --------------------------------------------------------------------------- decoding

@@ -1,9 +1,9 @@
 """A decode step op by op: where the time of greedy, beam 4 and GPT batch-16 steps goes.
 
-  /work/main/.venv/bin/python bench/decode_profile.py --case greedy|beam|gpt16 [--steps N]
+  /work/main/.venv/bin/python tools/decode_profile.py --case greedy|beam|gpt16 [--steps N]
 
-Runs one whole generation (the same models and shapes as bench/decode.py and
-bench/generate.py) under `jax.profiler.trace` and sums XLA:CPU's per-thunk events by
+Runs one whole generation (the same models and shapes as bench/inference/decode.py and
+bench/inference/generate.py) under `jax.profiler.trace` and sums XLA:CPU's per-thunk events by
 operation (fusion / custom call / copy) name. Each name is tagged "matmul" if the HLO
 computation it runs contains a `dot` (XLA may fuse a bias add or activation into it), else
 "other". Prints the top costs with their share of the loop's wall time per step, and the
@@ -24,7 +24,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path[:0] = [os.path.join(ROOT, "bench"), os.path.join(ROOT, "bench", "inference")]
 
 
 def _case(name: str, steps: int, matmul_dtype: str | None = None):
@@ -34,7 +34,7 @@ def _case(name: str, steps: int, matmul_dtype: str | None = None):
   import numpy as np
   from bert_jax import decoding
   if name in ("greedy", "beam"):
-    import decode as bench_decode  # bench/decode.py: the same model
+    import decode as bench_decode  # bench/inference/decode.py: the same model
     args = argparse.Namespace(src_len=steps, new_tokens=steps, batch=32, scan=False,
                               matmul_dtype=matmul_dtype)
     model, params, src, mask = bench_decode.build_ours(args)

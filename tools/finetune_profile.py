@@ -1,16 +1,16 @@
 """Our packed fine-tuning train step op by op (issue 39's "what limits it"): where a step of
-bench/finetune_vs_trainer.py's `packed` system goes on this CPU.
+bench/finetune/vs_trainer.py's `packed` system goes on this CPU.
 
-  .venv/bin/python bench/finetune_profile.py [--length 128] [--steps 3] [--top 25]
+  .venv/bin/python tools/finetune_profile.py [--length 128] [--steps 3] [--top 25]
       [--variant default|no_dropout|no_attention_dropout|bf16_matmuls]
 
 Builds the task exactly as `python -m bert_jax.main --config configs/
-finetune_classification.py:polarity` does with the sources set (bench/source_sentences.py)
+finetune_classification.py:polarity` does with the sources set (bench/finetune/source_sentences.py)
 and data.packing=True at --length, the batch in rows that holds 32 examples on average
 (finetune_vs_trainer.rows_for), the state and jitted steps through train/loop.py's own
 helpers; runs 3 untimed steps, times --steps steps, then traces --steps more under
 `jax.profiler.trace` and sums XLA:CPU's per-thunk events by the jax op they come from
-(bench/decode_profile.py's HLO tagging: "matmul" if the thunk's computation holds a dot).
+(tools/decode_profile.py's HLO tagging: "matmul" if the thunk's computation holds a dot).
 Categories: dense matmuls (the Dense layers' kernels, forward and both backward
 products), attention matmuls (q.k and p.v, per head), dropout (random bits + masks),
 optimizer (the AdamW update, the clip, the non-finite guard), everything else by name.
@@ -27,8 +27,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The root, bench/ (bench_util) and the suites whose parts the probes reuse.
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "bench")] + [
+    os.path.join(_ROOT, "bench", d) for d in ("time_to_quality", "finetune", "inference")]
 
 VARIANTS = {"default": {}, "no_dropout": {"model.dropout_rate": 0.0,
                                           "model.attention_dropout_rate": 0.0},
@@ -71,7 +73,7 @@ def loop_step(task, c, num_batches: int):
   """(step function of no arguments, its batches) for a prepared task and its config:
   the optimizer over the config's steps, the state and the jitted train step through
   train/loop.py's own helpers on one device, cycling over `num_batches` batches of the
-  task's train iterator (also bench/pretrain_profile.py's)."""
+  task's train iterator (also tools/pretrain_profile.py's)."""
   import jax
   from bert_jax.runtime import parallel
   from bert_jax.train import loop, optim
@@ -96,7 +98,7 @@ def loop_step(task, c, num_batches: int):
 
 def build(args, tmp: str):
   """(step function of no arguments, examples a step) for the packed task."""
-  import finetune_vs_trainer as fvt
+  import vs_trainer as fvt
   import source_sentences
   from bert_jax.tasks import registry
   data = source_sentences.build()

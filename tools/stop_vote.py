@@ -1,6 +1,6 @@
 """What the per-step stop vote (bert_jax.runtime.multihost.StopVote) costs a training step.
 
-  /work/main/.venv/bin/python bench/stop_vote.py [--processes 2,4,8] [--steps 300]
+  /work/main/.venv/bin/python tools/stop_vote.py [--processes 2,4,8] [--steps 300]
 
 Starts jax.distributed's coordination service in this process and one client per
 stand-in process (on 127.0.0.1, as a local multi-process run has them), each casting its
@@ -18,7 +18,10 @@ import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The root, bench/ (bench_util) and the suites whose parts the probes reuse.
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "bench")] + [
+    os.path.join(_ROOT, "bench", d) for d in ("time_to_quality", "finetune", "inference")]
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import bench_util  # noqa: E402  (bench/, the script's own directory)

@@ -3,7 +3,7 @@ epoch (`SkipGramBatches.epoch(e, resume=position)`) against building the epoch's
 and against redrawing batches 1..k to get there (what a resume would cost if the saved
 position were only a batch count).
 
-  .venv/bin/python bench/word2vec_resume.py [--at 0.25,0.5,0.75] [--reps 3] [--epochs 1]
+  .venv/bin/python tools/word2vec_resume.py [--at 0.25,0.5,0.75] [--reps 3] [--epochs 1]
 
 configs/word2vec.py's stream on the embedded corpus (its defaults: window 5, 5 negatives,
 subsampling 1e-3, 512 chunks of 256 pairs a batch), epoch 1, numpy on one thread (the host
@@ -18,7 +18,10 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The root, bench/ (bench_util) and the suites whose parts the probes reuse.
+sys.path[:0] = [_ROOT, os.path.join(_ROOT, "bench")] + [
+    os.path.join(_ROOT, "bench", d) for d in ("time_to_quality", "finetune", "inference")]
 
 from bert_jax.configs import word2vec as w2v_config  # noqa: E402
 from bert_jax.word2vec import data as w2v_data  # noqa: E402

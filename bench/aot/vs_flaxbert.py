@@ -1,7 +1,7 @@
 """Per-chip HBM and compile time on a TPU topology: our BERT-large pretraining step vs
 transformers' FlaxBertForPreTraining, both compiled ahead of time (libtpu, no TPU).
 
-  .venv-bench/bin/python bench/aot_vs_flaxbert.py --topology v5e:4x4 --seq 512 \
+  .venv-bench/bin/python bench/aot/vs_flaxbert.py --topology v5e:4x4 --seq 512 \
       --batches 64,128,256,512 --systems ours,theirs,theirs_remat
 
 (.venv-bench: bench/requirements-bench.txt, which includes libtpu.) For every system and
@@ -30,7 +30,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 
 import bert_jax.aot  # noqa: E402,F401  (allows concurrent compile-only libtpu loads)
 import jax  # noqa: E402
@@ -41,6 +42,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from bert_jax.hardware import chips  # noqa: E402
 from bert_jax.aot import report as report_lib  # noqa: E402
+import results_io  # noqa: E402
 
 PREDICTIONS = {128: 20, 512: 80}
 # Our systems: (remat policy, attention dropout). "" = the config's: remat dots_no_batch,
@@ -48,12 +50,13 @@ PREDICTIONS = {128: 20, 512: 80}
 # written-out softmax(QK^T)V on TPU too; `_splash` sets attention dropout 0, so "auto"
 # picks the Pallas splash kernel (layers/attention.py).
 OURS = {"ours": ("", None), "ours_remat_full": ("full", None),
-        "ours_splash": ("", 0.0), "ours_splash_remat_full": ("full", 0.0)}
+        "ours_splash": ("", 0.0), "ours_splash_remat_full": ("full", 0.0),
+        "ours_splash_kv_proj": ("kv_proj", 0.0)}
 
 
 def _load_config(seq: int, batch: int, mesh, remat: str = "", attention_dropout=None):
   import importlib.util  # pylint: disable=g-import-not-at-top
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   spec = importlib.util.spec_from_file_location("bl", os.path.join(root, "configs", "bert_large.py"))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -145,13 +148,15 @@ def main(argv=None) -> int:
   p.add_argument("--batches", default="64,128,256,512")
   p.add_argument("--systems", default="ours,theirs,theirs_remat")
   p.add_argument("--our_mesh", default="", help="e.g. -1,1,1 (default: the config's)")
+  p.add_argument("--result", default="", help="CASE: also write bench/results/aot-CASE.json")
   args = p.parse_args(argv)
   mesh = [int(x) for x in args.our_mesh.split(",")] if args.our_mesh else None
   systems = args.systems.split(",")
   unknown = sorted(set(systems) - set(OURS) - {"theirs", "theirs_remat"})
   if unknown:
     p.error(f"unknown --systems {unknown}: expected some of {sorted(OURS)}, theirs, theirs_remat")
-  largest = {}
+  largest, rows = {}, {}
+  load_before = results_io.load()
   for system in systems:
     for batch in [int(b) for b in args.batches.split(",")]:
       if system.startswith("ours"):
@@ -163,12 +168,52 @@ def main(argv=None) -> int:
                         "topology": args.topology, "fits": r["fits"],
                         "hbm_total_gib": total, "compile_seconds": r["compile_seconds"],
                         "error": r["error"][:200]}), flush=True)
+      rows[system, batch] = (r["fits"], total, r["compile_seconds"])
       if r["fits"]:
         largest[system] = batch
       else:
         break  # larger batches will not fit either
   print(json.dumps({"largest_fitting_global_batch": largest}), flush=True)
+  if args.result:
+    print("wrote", results_io.write(aot_result(args, systems, largest, rows, load_before)))
   return 0
+
+
+def aot_result(args, systems, largest: dict, rows: dict, load_before: float) -> dict:
+  """bench/results/aot-<case>.json: each system's largest batch, its HBM and compile time;
+  the goal: vs theirs (>= 2x the rows with remat, >= 3x faster compiles) when theirs ran,
+  else splash's (4096 rows with remat full, 2048 without)."""
+  figures = []
+  for system in systems:
+    if system not in largest:
+      figures.append(results_io.figure(f"{system}: largest batch", 0, "rows",
+                                       "the smallest of --batches does not fit"))
+      continue
+    _, gib, seconds = rows[system, largest[system]]
+    figures += [results_io.figure(f"{system}: largest batch", largest[system], "rows"),
+                results_io.figure(f"{system}: HBM per chip at it", round(gib, 2), "GiB"),
+                results_io.figure(f"{system}: compile at it", seconds, "s")]
+  ours = max((largest.get(s, 0) for s in systems if s.startswith("ours")), default=0)
+  goal, anchor = None, "the chip's HBM (16 GiB per v5e chip)"
+  if "theirs_remat" in systems and largest.get("theirs_remat") and ours:
+    batch = min(ours, largest["theirs_remat"])
+    our_s = min(rows[s, batch][2] for s in systems if s.startswith("ours") and (s, batch) in rows)
+    ratio = rows["theirs_remat", batch][2] / our_s
+    goal = results_io.goal("vs FlaxBertForPreTraining", ">= 2x the rows with remat; "
+                           ">= 3x faster compiles",
+                           ours >= 2 * largest["theirs_remat"] and ratio >= 3)
+    anchor = "transformers' FlaxBertForPreTraining with gradient checkpointing"
+  elif "ours_splash_remat_full" in systems and "ours_splash_kv_proj" in systems:
+    goal = results_io.goal(f"BERT-large S{args.seq} with splash", "4096 rows with remat "
+                           "full; >= 2048 without remat full (kv_proj)",
+                           largest.get("ours_splash_remat_full", 0) >= 4096
+                           and largest.get("ours_splash_kv_proj", 0) >= 2048)
+  headline = "; ".join(f"{s} {largest.get(s, 0)} rows" for s in systems)
+  return results_io.result(
+      "aot", f"AOT: BERT-large S{args.seq} on {args.topology}", figures, anchor,
+      headline, case=args.result, goal_=goal, load_before=load_before,
+      notes="Compiled here by libtpu without a TPU; compile seconds are this CPU's.") | {
+          "hardware": f"AOT, {args.topology} (libtpu on a CPU host)"}
 
 
 if __name__ == "__main__":

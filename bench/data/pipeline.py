@@ -1,7 +1,7 @@
 """Data pipeline throughput: preparation rate, masking + batching, the full iterator.
 
 Run (offline, the embedded corpus; ~3 minutes on a 2-core CPU):
-  python bench/data_pipeline.py
+  python bench/data/pipeline.py
 
 Reports, at max_seq_length 128 (20 predictions) and 512 (80):
   * prepare: from scratch at 128 (documents: read + strip wiki markup + sentence-split +
@@ -22,10 +22,12 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from bert_jax.data import loader, prepare, sampling
 from bert_jax.train import defaults
+from bench import results_io
 
 
 def rate(fn, items_per_call: int, seconds: float, windows: int = 10) -> tuple[float, float]:
@@ -66,13 +68,15 @@ def bench_length(args, length: int, predictions: int):
   documents = stats["corpus"]["documents"]
   tokens = sum(s["tokens"] for s in stats["instances"].values())
   if seconds["documents"]:  # built in this run, not reused
-    yield (f"| {length} | prepare: documents (read, strip markup, split, write) | "
+    yield ("prepare: documents (read, strip markup, split, write)",
+           documents / seconds["documents"], "documents/s",
            f"{documents / seconds['documents']:,.0f} documents/s ({documents} documents, "
-           f"{seconds['documents']:.1f} s); vocab training {seconds['vocab']:.1f} s |")
-  yield (f"| {length} | prepare: instances (tokenize, NSP pairs, write) | "
+           f"{seconds['documents']:.1f} s); vocab training {seconds['vocab']:.1f} s")
+  yield ("prepare: instances (tokenize, NSP pairs, write)", stats["tokens_per_second"],
+         "tokens/s",
          f"{stats['documents_per_second']:,.0f} documents/s, {stats['tokens_per_second']:,.0f} "
          f"tokens/s ({tokens:,} tokens, {prepared.num_examples['train']:,} train instances, "
-         f"{seconds['instances']:.1f} s, prepare_processes={args.prepare_processes}) |")
+         f"{seconds['instances']:.1f} s, prepare_processes={args.prepare_processes})")
   b = args.batch_size
   source = loader.InstanceSource(prepared.instances_dir, "train")
   masker = loader.make_masker(cfg, prepared, seed=0)
@@ -98,11 +102,10 @@ def bench_length(args, length: int, predictions: int):
   def one_batch():
     maker(keys(next(step)))
 
-  yield f"| {length} | mask | {fmt(rate(mask_only, b, args.seconds))} |"
-  yield (f"| {length} | batch from memory (pad + mask) | "
-         f"{fmt(rate(pad_and_mask, b, args.seconds))} |")
-  yield (f"| {length} | batch (read + parse + pad + mask) | "
-         f"{fmt(rate(one_batch, b, args.seconds))} |")
+  for stage, fn in (("mask", mask_only), ("batch from memory (pad + mask)", pad_and_mask),
+                    ("batch (read + parse + pad + mask)", one_batch)):
+    rates = rate(fn, b, args.seconds)
+    yield stage, rates[0], "sequences/s", fmt(rates)
   for workers, threads in ((0, 0), (0, 2), (2, 1)):
     cfg.read_threads = threads
     it = loader.make_train_iterator(cfg, prepared, b, shard_index=0, shard_count=1,
@@ -113,8 +116,8 @@ def bench_length(args, length: int, predictions: int):
     seq_s, _ = rate(it.__next__, b, args.seconds, windows=5)
     if hasattr(it, "close"):
       it.close()
-    yield (f"| {length} | iterator, {workers} workers x {threads} read threads | "
-           f"{seq_s:,.0f} sequences/s (wall) |")
+    yield (f"iterator, {workers} workers x {threads} read threads", seq_s, "sequences/s",
+           f"{seq_s:,.0f} sequences/s (wall)")
 
 
 def main():
@@ -127,20 +130,37 @@ def main():
   parser.add_argument("--vocab_size", type=int, default=30522)
   parser.add_argument("--dupe_factor", type=int, default=1)
   parser.add_argument("--prepare_processes", type=int, default=1)
+  parser.add_argument("--no_result", action="store_true",
+                      help="print the table only; no bench/results/data_pipeline.json")
   args = parser.parse_args()
-  print(f"cpus: {os.cpu_count()}, batch {args.batch_size}, load average "
-        f"{os.getloadavg()[0]:.1f}")
+  load_before = results_io.load()
+  print(f"cpus: {os.cpu_count()}, batch {args.batch_size}, load average {load_before:.1f}")
   print("| seq | stage | rate |\n| --- | --- | --- |")
   temporary = args.data_dir is None
   if temporary:  # 128 then prepares from scratch: documents, vocab, instances
     args.data_dir = tempfile.mkdtemp(prefix="bert_jax_bench_")
+  figures = {}
   try:
     for length, predictions in ((128, 20), (512, 80)):
-      for line in bench_length(args, length, predictions):
-        print(line[:-1] + f"(load {os.getloadavg()[0]:.1f}) |", flush=True)
+      for stage, value, unit, text in bench_length(args, length, predictions):
+        print(f"| {length} | {stage} | {text} (load {results_io.load():.1f}) |", flush=True)
+        figures[f"{length} {stage}"] = results_io.figure(f"seq {length}: {stage}",
+                                                         round(value), unit)
   finally:
     if temporary:
       shutil.rmtree(args.data_dir, ignore_errors=True)
+  if args.no_result:
+    return
+  key = "128 batch from memory (pad + mask)"
+  value = figures[key]["value"]
+  it = figures["128 iterator, 2 workers x 1 read threads"]["value"]
+  print("wrote", results_io.write(results_io.result(
+      "data_pipeline", "Data pipeline throughput", list(figures.values()),
+      "none: the rate the train step needs (a step's batch in well under its step time)",
+      f"{value:,} seq/s pad + mask at 128; {it:,} seq/s the iterator (2 workers)",
+      goal_=results_io.goal("masking + batching at seq 128", ">= 20,000 sequences/s",
+                            value >= 20_000), load_before=load_before,
+      notes="wall figures: the best of short windows (the CPU is shared)")))
 
 
 if __name__ == "__main__":

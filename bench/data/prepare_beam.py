@@ -2,7 +2,7 @@
 
 Run (offline; builds a ~100 MB corpus in --corpus_dir first, then prepares it from scratch
 once per mode, interleaved, each mode in a fresh data_dir):
-  python bench/prepare_beam.py --modes in_process:1,beam:1,in_process:2,beam:2
+  python bench/data/prepare_beam.py --modes in_process:1,beam:1,in_process:2,beam:2
 
 The corpus: the embedded corpus (the Wikipedia excerpt and Lee news corpus that gensim
 ships in gensim/test/test_data, ~3.3 MB as text) written --copies times, each copy's
@@ -26,9 +26,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from bench import bench_util
+from bench import results_io
 from bert_jax.data import corpora
 from bert_jax.data.beam import util as beam_util
 from bert_jax.data import prepare as prepare_lib
@@ -102,6 +104,8 @@ def main():
   parser.add_argument("--vocab_size", type=int, default=30522)
   parser.add_argument("--dupe_factor", type=int, default=1)
   parser.add_argument("--build_only", action="store_true", help="write the corpus and stop")
+  parser.add_argument("--no_result", action="store_true",
+                      help="print only; no bench/results/prepare_beam.json")
   args = parser.parse_args()
   # Beam's worker processes import bert_jax from this checkout.
   os.environ["PYTHONPATH"] = bench_util.ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
@@ -115,14 +119,47 @@ def main():
   bench_util.header("prepare_beam")
   print(f"corpus: {args.glob}, {size / 1e6:.1f} MB; vocab {args.vocab_size}, dupe_factor "
         f"{args.dupe_factor}, seq 128", flush=True)
+  load_before, rows = results_io.load(), {}
   for mode in args.modes.split(","):
     row = run_mode(args, mode)
+    rows[mode] = row
     print(json.dumps(row), flush=True)
     print(f"{mode:14s} whole {row['wall']:7.1f} s {row['whole_tok_s']:>9,.0f} tok/s | "
           f"documents {row['documents_s']:6.1f} s, vocab {row['vocab_s']:6.1f} s, instances "
           f"{row['instances_s']:6.1f} s {row['instances_tok_s']:>9,.0f} tok/s | CPU "
           f"{row['cpu']:6.1f} s, {row['whole_tok_per_cpu_s']:>9,.0f} tok/CPU-s | "
           f"{bench_util.load_line('after')}", flush=True)
+  if not args.no_result:
+    print("wrote", results_io.write(beam_result(rows, size, load_before)))
+
+
+def beam_result(rows: dict, size: int, load_before: float) -> dict:
+  """bench/results/prepare_beam.json; the goal needs beam:1, beam:2 and in_process:2."""
+  figures = []
+  for mode, r in rows.items():
+    figures += [results_io.figure(f"{mode}: whole preparation", round(r["whole_tok_s"]),
+                                  "tokens/s", f"{r['wall']:.1f} s"),
+                results_io.figure(f"{mode}: per CPU-second", round(r["whole_tok_per_cpu_s"]),
+                                  "tokens/CPU-s")]
+  goal, headline = None, ", ".join(f"{m} {r['whole_tok_s']:,.0f} tok/s" for m, r in rows.items())
+  if {"beam:1", "beam:2", "in_process:2"} <= set(rows):
+    scaling = rows["beam:2"]["whole_tok_s"] / rows["beam:1"]["whole_tok_s"]
+    per_core = rows["beam:2"]["whole_tok_per_cpu_s"] / rows["in_process:2"]["whole_tok_per_cpu_s"]
+    figures += [results_io.figure("Beam 2 workers / 1 worker, whole preparation",
+                                  round(scaling, 2), "x"),
+                results_io.figure("Beam per CPU-second / in process (2 each)",
+                                  round(per_core, 2), "x")]
+    goal = results_io.goal("Beam scales and keeps its per-core rate",
+                           "2 workers >= 1.6x 1 worker; per core >= 0.8x in process",
+                           bool(scaling >= 1.6 and per_core >= 0.8))
+    headline = (f"Beam 2 workers {scaling:.2f}x its 1 worker; per CPU-second {per_core:.2f}x "
+                "in process")
+  tokens = next(iter(rows.values()))["tokens"]
+  return results_io.result(
+      "prepare_beam", "Preparation at scale: Apache Beam vs in process", figures,
+      f"in-process preparation of the same {size / 1e6:.0f} MB corpus ({tokens:,} tokens)",
+      headline, goal_=goal, load_before=load_before,
+      notes="Beam: DirectRunner, multi_processing; CPU includes finished child processes.")
 
 
 if __name__ == "__main__":

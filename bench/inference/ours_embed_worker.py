@@ -1,8 +1,8 @@
-"""Our Python API side of bench/embed.py: `bert_jax.load(...).encode` in a fresh process.
+"""Our Python API side of bench/inference/embed.py: `bert_jax.load(...).encode` in a fresh process.
 
 Started by the driver with our venv's python, never run by hand:
 
-  .venv/bin/python bench/ours_embed_worker.py --input S.txt --output V.npy --batch-size 64
+  .venv/bin/python bench/inference/ours_embed_worker.py --input S.txt --output V.npy --batch-size 64
 
 Times, in this process: `import bert_jax` + the API module (JAX), `bert_jax.load` of the
 packaged all-MiniLM-L6-v2, and one `encode` of all lines (mean pooling, max_length 256 as
@@ -19,7 +19,8 @@ import sys
 import time
 
 T_START = time.perf_counter()
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
 
 PROG = "ours_embed_worker"
@@ -41,7 +42,7 @@ def main():
     texts = f.read().split("\n")[:-1]
   t0 = time.perf_counter()
   np, jax, bert_jax, api, embed = bench_util.worker_imports(
-      PROG, bench_util.OUR_VENV, "numpy", "jax", "bert_jax", "bert_jax.api", "bert_jax.embed")
+      PROG, bench_util.OUR_VENV, "numpy", "jax", "bert_jax", "bert_jax.api", "bert_jax.inference.encode")
   compile_s = [0.0]
 
   def listen(event, seconds, **_):

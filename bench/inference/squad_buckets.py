@@ -1,6 +1,6 @@
 """SQuAD in length buckets vs padded to max_seq_length: fill rate, compiles, eval speed.
 
-  .venv/bin/python bench/squad_buckets.py --questions 512 --timed-windows 128 --reps 2
+  .venv/bin/python bench/inference/squad_buckets.py --questions 512 --timed-windows 128 --reps 2
 
 No SQuAD is on this machine (tfds would download it), so the questions are built from
 the embedded corpus (gensim's test data, bert_jax.data.corpora): a context is a run of
@@ -28,7 +28,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 
 import numpy as np  # noqa: E402
 

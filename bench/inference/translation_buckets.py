@@ -1,7 +1,7 @@
 """Translation eval in length buckets vs padded to max_source / max_target: positions.
 
-  .venv/bin/python bench/translation_buckets.py --config numbers --steps 0 8 4
-  .venv/bin/python bench/translation_buckets.py --max-length 128 --steps 0 32
+  .venv/bin/python bench/inference/translation_buckets.py --config numbers --steps 0 8 4
+  .venv/bin/python bench/inference/translation_buckets.py --max-length 128 --steps 0 32
 
 The config's eval split (numbers: the 500 validation pairs of the offline German ->
 English number-word corpus, its own 256-id vocabulary learned as a run learns it), cut
@@ -21,7 +21,8 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 
 import numpy as np  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Curves -> table, goals and picture for bench/time_to_quality.py.
+"""Curves -> table, goals and picture for bench/time_to_quality/time_to_quality.py.
 
 A curve is the list of a run's checkpoints, {"seconds": training clock, "accuracy": the
 held-out scorer's top-1 accuracy, ...}, in clock order, starting at 0 s.

@@ -6,8 +6,8 @@ steps; its held-out accuracy is scored with the two count baselines on the same 
 positions (bert_jax/apps/demo_report.py). Quality is not timing-sensitive, so run it under the
 shared CPU lock; steps/s for the 8-minute budget come from `--time` runs on an idle machine:
 
-  /work/tools/cpu python bench/demo_recipe.py --steps 1200 --variants bert,nsp_off,...
-  /work/tools/bench-idle python bench/demo_recipe.py --time --steps 150 --variants ...
+  /work/tools/cpu python bench/time_to_quality/demo_recipe.py --steps 1200 --variants bert,nsp_off,...
+  /work/tools/bench-idle python bench/time_to_quality/demo_recipe.py --time --steps 150 --variants ...
 
 Prints one JSON line per variant (accuracy, baselines, or steps/s after the compile).
 """
@@ -21,7 +21,8 @@ import subprocess
 import sys
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(BENCH_DIR))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 from bench import bench_util  # noqa: E402  pylint: disable=g-import-not-at-top
 
 # The moves, as config overrides on top of configs/bert_tiny.py:bert.

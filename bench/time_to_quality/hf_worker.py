@@ -1,9 +1,9 @@
-"""transformers' side of bench/time_to_quality.py: run_mlm.py's recipe under a clock.
+"""transformers' side of bench/time_to_quality/time_to_quality.py: run_mlm.py's recipe under a clock.
 
 Started by the driver with the reference venv's python (torch + transformers +
 accelerate, requirements-ref.txt), never run by hand:
 
-  .venv-ref/bin/python bench/ttq_hf_worker.py --spec SPEC.json
+  .venv-ref/bin/python bench/time_to_quality/hf_worker.py --spec SPEC.json
 
 What a researcher gets from transformers' examples/pytorch/language-modeling/run_mlm.py
 (not in the wheel; its steps reproduced here with the same library calls) with
@@ -44,9 +44,10 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
-import ttq_scorer  # noqa: E402  pylint: disable=wrong-import-position
+import scorer as ttq_scorer  # noqa: E402  pylint: disable=wrong-import-position
 
 PROG = "ttq_hf_worker"
 SEQ = 128

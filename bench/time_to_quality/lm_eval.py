@@ -1,7 +1,7 @@
 """Held-out loss / perplexity / bits per byte of an `lm` config, before or after training.
 
-  python bench/lm_eval.py --config configs/gpt.py                      # the init (step 0)
-  python bench/lm_eval.py --config configs/gpt.py --workdir workdirs/gpt_tiny   # latest ckpt
+  python bench/time_to_quality/lm_eval.py --config configs/gpt.py                      # the init (step 0)
+  python bench/time_to_quality/lm_eval.py --config configs/gpt.py --workdir workdirs/gpt_tiny   # latest ckpt
 
 "Before" is the model the loop starts from (same seed, same init); "after" is the
 workdir's latest checkpoint (or a step dir). Every held-out target is scored once.
@@ -18,7 +18,8 @@ import sys
 import flax.linen as nn
 import jax
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 from bert_jax.checkpoint import manager as checkpoint  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.runtime import parallel  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.tasks import registry  # noqa: E402  pylint: disable=g-import-not-at-top

@@ -1,4 +1,4 @@
-"""The one held-out scorer of bench/time_to_quality.py (numpy only: both venvs import it).
+"""The one held-out scorer of bench/time_to_quality/time_to_quality.py (numpy only: both venvs import it).
 
 The held-out documents (the validation split) become rows `[CLS] s1 s2 ... [SEP]` of whole
 sentences of one document (at most `max_len` tokens, padded with [PAD]; a sentence longer

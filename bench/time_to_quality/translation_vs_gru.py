@@ -1,6 +1,6 @@
 r"""Transformer vs GRU + additive attention on the numbers corpus, same data, same wall clock.
 
-  python bench/translation_vs_gru.py --budget_minutes 15 --root /tmp/translation_vs_gru
+  python bench/time_to_quality/translation_vs_gru.py --budget_minutes 15 --root /tmp/translation_vs_gru
 
 Each model trains from its configs/translation.py arg (numbers, numbers_gru) in its own
 process; at the budget the process gets SIGTERM, which the loop turns into a clean save
@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 ARGS = {"Transformer": "numbers", "GRU + attention": "numbers_gru"}
 
 

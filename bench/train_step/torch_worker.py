@@ -1,9 +1,9 @@
-"""PyTorch side of bench/train_step.py: transformers' BertForPreTraining + torch AdamW.
+"""PyTorch side of bench/train_step/train_step.py: transformers' BertForPreTraining + torch AdamW.
 
 Started by the driver with the reference venv's python (torch + transformers, see
 requirements-ref.txt), never run by hand:
 
-  .venv-ref/bin/python bench/torch_train_worker.py --spec SPEC.json
+  .venv-ref/bin/python bench/train_step/torch_worker.py --spec SPEC.json
 
 SPEC (written by train_step.py) holds the model shape, the optimizer hyper-parameters,
 the thread count and the path of the batch (.npz, the arrays train_step.hf_batch gives
@@ -26,7 +26,8 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
 
 PROG = "torch_train_worker"

@@ -1,6 +1,6 @@
 """Our word2vec against gensim's Word2Vec on the same sentences, same machine, same cores.
 
-  JAX_PLATFORMS=cpu python bench/word2vec_vs_gensim.py --seeds 1,2,3,4,5 \\
+  JAX_PLATFORMS=cpu python bench/word2vec/vs_gensim.py --seeds 1,2,3,4,5 \\
       --sides ours,gensim-w1,gensim-w2
 
 Sides (interleaved per seed, in the order given, so all see the same background load):
@@ -39,18 +39,23 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 
-from bert_jax.word2vec import train as task  # noqa: E402  (before jax starts: see below)
+from bert_jax.hardware import cpu_threads  # noqa: E402  (before jax starts: see below)
 
 # One XLA thread, the other core for the host pipeline (what train_and_evaluate does when
 # it starts the backend itself; here the backend must start before anything else).
-task.start_cpu_backend_single_threaded()
+cpu_threads.start_cpu_backend_single_threaded()
+
+from bert_jax.word2vec import train as task  # noqa: E402
 
 import numpy as np  # noqa: E402
 from gensim.models import KeyedVectors, Word2Vec  # noqa: E402
 
-import bench_util  # noqa: E402  (bench/, the script's own directory)
+import bench_util  # noqa: E402
+import results_io  # noqa: E402
+import summary  # noqa: E402  (bench/word2vec/summary.py)
 from bert_jax.word2vec import data as w2v_data  # noqa: E402
 from bert_jax.word2vec import model as w2v_model  # noqa: E402
 
@@ -114,12 +119,15 @@ def main():
                       "(the enwiki articles, then the Lee stories) or the Lee stories first")
   parser.add_argument("--epochs", type=int, default=5)
   parser.add_argument("--alpha", type=float, default=0.025)
+  parser.add_argument("--no_result", action="store_true",
+                      help="print only; no bench/results/word2vec_vs_gensim.json")
   args = parser.parse_args()
   sides = args.sides.split(",")
   unknown = sorted(set(sides) - set(SIDES))
   if unknown:
     parser.error(f"unknown --sides {unknown}; choose from {', '.join(SIDES)}")
   bench_util.header("word2vec_vs_gensim")
+  load_before = results_io.load()
   config = load_config(os.path.join(bench_util.ROOT, "configs", "word2vec.py"))
   config.train.epochs, config.train.alpha, config.export_format = args.epochs, args.alpha, "binary"
   with tempfile.TemporaryDirectory() as tmp:
@@ -158,6 +166,8 @@ def main():
           f"| {mean_sd(col('words_per_sec_with_compile'), ',.0f')} "
           f"| {mean_sd(col('wordsim353'), '.3f')} | {mean_sd(col('simlex999'), '.3f')} "
           f"| {mean_sd(col('analogy'), '.4f')} |")
+  if not args.no_result:
+    print("wrote", results_io.write(summary.result(rows, args.order, load_before)))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
-"""bench/demo_recipe.py trains every variant from scratch: an earlier run's workdir is
-removed first, so `bert_jax.main` cannot resume it and report its old figures (no
-training here: the child process is replaced by a fake that writes metrics)."""
+"""bench/time_to_quality/demo_recipe.py trains every variant from scratch: an earlier
+run's workdir is removed first, so `bert_jax.main` cannot resume it and report its old
+figures (no training here: the child process is replaced by a fake that writes metrics)."""
 import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bench"))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(_ROOT, "bench", "time_to_quality"), os.path.join(_ROOT, "bench")]
 import demo_recipe  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
 

@@ -1,4 +1,4 @@
-"""bench/finetune_vs_trainer.py's accuracy report over seeds and its --report re-print of a
+"""bench/finetune/vs_trainer.py's accuracy report over seeds and its --report re-print of a
 saved run: no training, no timings (the runs below are made-up records)."""
 import json
 import os
@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bench"))
-import finetune_vs_trainer as fvt  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(_ROOT, "bench", "finetune"), os.path.join(_ROOT, "bench")]
+import vs_trainer as fvt  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 def _run(accuracy: float) -> dict:

@@ -1,11 +1,11 @@
-"""bench/source_sentences.py: the Wikipedia-vs-news set of bench/finetune_vs_trainer.py
+"""bench/finetune/source_sentences.py: the Wikipedia-vs-news set of bench/finetune/vs_trainer.py
 --dataset sources, checked against gensim's files themselves (no training, no timings)."""
 import csv
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bench"))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(_ROOT, "bench", "finetune"), os.path.join(_ROOT, "bench")]
 import source_sentences  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
 from bert_jax.data import corpora  # noqa: E402  pylint: disable=g-import-not-at-top

@@ -1,15 +1,15 @@
-"""bench/time_to_quality.py's scorer (bench/ttq_scorer.py) and its curve arithmetic
-(bench/ttq_report.py): no training, no timings."""
+"""bench/time_to_quality/time_to_quality.py's scorer (bench/time_to_quality/scorer.py) and
+its curve arithmetic (bench/time_to_quality/curves.py): no training, no timings."""
 import os
 import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bench"))
-import ttq_report  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
-import ttq_scorer  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(_ROOT, "bench", "time_to_quality"), os.path.join(_ROOT, "bench")]
+import curves as ttq_report  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
+import scorer as ttq_scorer  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
 PAD, CLS, SEP, MASK, VOCAB = 0, 2, 3, 4, 50
 SPECIAL = (0, 1, 2, 3, 4)
@@ -184,7 +184,7 @@ def test_interleaved_runs_take_turns_and_give_slice_ratios(tmp_path, monkeypatch
   import argparse  # pylint: disable=g-import-not-at-top
   import time_to_quality as ttq  # pylint: disable=g-import-not-at-top
   script = tmp_path / "fake_worker.py"
-  script.write_text(FAKE_WORKER.format(bench=os.path.dirname(ttq.__file__)))
+  script.write_text(FAKE_WORKER.format(bench=os.path.dirname(os.path.dirname(ttq.__file__))))
   log = str(tmp_path / "turns.log")
   plan = {"ours": (4, 300.0), "theirs": (2, 100.0)}  # (slices, tokens/s)
 
@@ -194,7 +194,8 @@ def test_interleaved_runs_take_turns_and_give_slice_ratios(tmp_path, monkeypatch
     return [sys.executable, str(script), name, str(slices), str(rate), log], \
         str(tmp_path / f"{name}.curve.jsonl")
 
-  monkeypatch.setattr(ttq, "worker_argv", argv)
+  import stages  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(stages, "worker_argv", argv)
   ended = []
   got = ttq.run_interleaved([("ours", "x", {}), ("theirs", "x", {})],
                             argparse.Namespace(out=str(tmp_path)), gap_s=0.0,

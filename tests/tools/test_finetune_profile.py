@@ -1,12 +1,12 @@
-"""bench/finetune_profile.py's op buckets, on op names as the profiled step's HLO carries
+"""tools/finetune_profile.py's op buckets, on op names as the profiled step's HLO carries
 them (jax op_name metadata, layer numbers dropped): no profiling, no timings."""
 import os
 import sys
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bench"))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(_ROOT, "tools"), os.path.join(_ROOT, "bench")]
 import finetune_profile  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
 B = "jvp(BertForSequenceClassification)/bert/encoder/layers_*"

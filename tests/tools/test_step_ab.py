@@ -1,4 +1,4 @@
-"""bench/step_ab.py's baseline: a module as a commit had it, loaded beside today's (no
+"""tools/step_ab.py's baseline: a module as a commit had it, loaded beside today's (no
 timings)."""
 import os
 import subprocess
@@ -8,8 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bench"))
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.join(_ROOT, "tools"),
+                os.path.join(_ROOT, "bench"),
+                os.path.join(_ROOT, "bench", "time_to_quality")]
 import bench_util  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 import step_ab  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -47,14 +49,14 @@ def test_module_at_loads_a_module_defining_flax_modules():
 
 
 def test_install_reaches_modules_that_imported_the_function_by_name():
-  from bert_jax.layers import blocks, config  # blocks: `from ...config import layer_norm`
-  original = config.layer_norm
+  from bert_jax.layers import blocks, norm  # blocks: `from ...norm import layer_norm`
+  original = norm.layer_norm
   def baseline(cfg, name):
     return original(cfg, name)
   try:
-    step_ab.install(config, "layer_norm", baseline, (baseline, original))
-    assert config.layer_norm is baseline and blocks.layer_norm is baseline
-    step_ab.install(config, "layer_norm", original, (baseline, original))
-    assert config.layer_norm is original and blocks.layer_norm is original
+    step_ab.install(norm, "layer_norm", baseline, (baseline, original))
+    assert norm.layer_norm is baseline and blocks.layer_norm is baseline
+    step_ab.install(norm, "layer_norm", original, (baseline, original))
+    assert norm.layer_norm is original and blocks.layer_norm is original
   finally:
-    config.layer_norm = blocks.layer_norm = original
+    norm.layer_norm = blocks.layer_norm = original

@@ -160,7 +160,7 @@ def test_short_training_run_beats_random_vectors(tmp_path):
   2 epochs with a larger step, a window of 3 (a third fewer pairs), decaying by words (at alpha 0.1 gensim's
   decay by sentences trains the enwiki articles (first) at rates near 0.1, and
   WordSim-353 falls to 0.08). Measured: WordSim-353 0.25, SimLex-999 0.17 (5 epochs of the
-  defaults: bench/RESULTS.md "word2vec").
+  defaults: bench/RESULTS.md@0762931 "word2vec").
 
   A child process at XLA's default flags (LLVM -O3, MLIR fusion emitters): this test's
   time goes into executing its program over ~2.9M pairs, not into compiling it, and the
