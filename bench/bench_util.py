@@ -23,6 +23,15 @@ from typing import Optional, Sequence
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(BENCH_DIR)
 
+# Bench scripts are entry points: the platform is settled as the CLIs settle it (no TPU
+# attempt, and no libtpu noise, on a machine without one). The reference venvs' workers
+# import this file without bert_jax's dependencies.
+try:
+  from bert_jax import hardware as _hardware  # pylint: disable=g-import-not-at-top
+  _hardware.configure()
+except ImportError:
+  pass
+
 
 class BenchError(Exception):
   """A missing venv / package or a failed check: one line on stderr, exit status 2."""

@@ -32,7 +32,8 @@ def test_strict_build_has_every_page(site):
   with open(os.path.join(site, "results.html"), encoding="utf-8") as f:
     results = f.read()
   # GitHub's anchors (scripts/mkdocs_hooks.py), which README and RESULTS link to.
-  assert 'id="launchsweeppy---aot-bert-large-s512-what-fits-per-strategy"' in results
+  assert 'id="aot-bert-large-s512-on-v5e4x4"' in results  # "AOT: BERT-large S512 on v5e:4x4"
+  assert 'id="cpu-tuning-of-the-model-path-bertbase-step-8-x-128-float32"' in results
 
 
 # Written into a copy of the home page: after the page has loaded, each image's decoded

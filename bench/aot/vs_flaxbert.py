@@ -33,7 +33,9 @@ import time
 _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 
-import bert_jax.aot  # noqa: E402,F401  (allows concurrent compile-only libtpu loads)
+from bert_jax import hardware  # noqa: E402
+
+hardware.configure()  # an entry point: the platform settled as the CLIs settle it
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402

@@ -25,8 +25,11 @@ import numpy as np
 _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from bert_jax import hardware  # noqa: E402  pylint: disable=wrong-import-position
 from bert_jax.data import loader, prepare, sampling
 from bert_jax.train import defaults
+
+hardware.configure()  # an entry point: the platform settled as the CLIs settle it
 from bench import results_io
 
 

@@ -26,8 +26,11 @@ import time
 _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 
+from bert_jax import hardware  # noqa: E402  pylint: disable=wrong-import-position
 from bert_jax.tasks import registry  # noqa: E402  pylint: disable=wrong-import-position
 from bert_jax.train import loop  # noqa: E402  pylint: disable=wrong-import-position
+
+hardware.configure()  # an entry point: the platform settled as the CLIs settle it
 import results_io  # noqa: E402  pylint: disable=wrong-import-position
 
 

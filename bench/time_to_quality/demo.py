@@ -47,7 +47,8 @@ def main() -> None:
   total_s = time.time() - t0
   print(report.stdout)
   sys.path[:0] = [ROOT]
-  from bert_jax import demo_report  # pylint: disable=g-import-not-at-top
+  from bert_jax import demo_report, hardware  # pylint: disable=g-import-not-at-top
+  hardware.configure()  # as the CLIs: no TPU attempt on a machine without one
   with open(os.devnull, "w", encoding="utf-8") as null:
     got = demo_report.report(args.workdir, demo_report.DEMO_TEXTS, out=null)
   acc = got["accuracy"]
