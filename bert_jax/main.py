@@ -92,12 +92,15 @@ def main(argv):
   from bert_jax.runtime import paths  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import progress
   progress.set_enabled(config.get("progress", True))
+  from bert_jax.checkpoint import manager as ckpt_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoint.manager import CheckpointSaveError  # pylint: disable=g-import-not-at-top
   from bert_jax.train.writer import MetricsWriteError  # pylint: disable=g-import-not-at-top
   full_disk = (CheckpointSaveError, MetricsWriteError)
   try:
     paths.check_workdir(FLAGS.workdir)
     paths.check_config(config)  # init_from, data and predict paths
+    # Settings that would destroy what is on disk, refused before anything is written.
+    ckpt_lib.check_keep(config.get("train", {}).get("keep_checkpoints", 1))
     result = run(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError, *full_disk) as e:
     # Printed once (an absl logging.error here showed every message twice on stderr).

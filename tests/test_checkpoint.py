@@ -1,6 +1,12 @@
 """Checkpointer.restore agreed by every process, with a second process played by a stand-in
 for multihost.allgather: its step list and its restore outcomes are what another host would
-report. (Two real processes: tests/train/test_loop_multihost.py.)"""
+report (two real processes: tests/train/test_loop_multihost.py); and keep_checkpoints below
+one refused before a checkpoint is touched."""
+import hashlib
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -90,3 +96,44 @@ def test_when_every_step_fails_somewhere_all_stop_with_one_error(tmp_path, monke
   with pytest.raises(RuntimeError, match=r"none of the checkpoints \[4, 2\]"):
     ck.restore(_abstract())
   assert ckpt_lib.Checkpointer(str(tmp_path / "ck")).all_steps() == [2, 4]  # nothing renamed
+
+
+def _digests(root) -> dict:
+  """sha256 of every file under root, by relative path."""
+  out = {}
+  for dirpath, _, files in os.walk(root):
+    for name in files:
+      path = os.path.join(dirpath, name)
+      with open(path, "rb") as f:
+        out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+  return out
+
+
+@pytest.mark.parametrize("keep", [0, -1, True, 2.5, "3"])
+def test_keeping_fewer_than_one_checkpoint_is_refused_before_the_manager(tmp_path, keep):
+  """orbax's LatestN(0) would delete every step: Checkpointer refuses, naming the field."""
+  saved = _saved(tmp_path)
+  before = _digests(tmp_path / "ck")
+  with pytest.raises(ValueError, match=r"train\.keep_checkpoints=.*expected an integer >= 1"):
+    ckpt_lib.Checkpointer(str(tmp_path / "ck"), keep=keep, async_save=False)
+  assert _digests(tmp_path / "ck") == before and saved.all_steps() == [2, 4]
+
+
+def test_the_cli_refuses_keep_checkpoints_0_in_one_line_and_loses_nothing(tmp_path):
+  """Through the real training CLI, before data preparation or any write."""
+  _saved(tmp_path / "run").wait()
+  os.rename(tmp_path / "run" / "ck", tmp_path / "run" / "checkpoints")
+  before = _digests(tmp_path / "run")
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run(
+      [sys.executable, "-m", "bert_jax.main", "--config", "configs/bert_tiny.py",
+       "--workdir", str(tmp_path / "run"), "--config.train.keep_checkpoints=0",
+       f"--config.data.data_dir={tmp_path / 'data'}"],
+      cwd=root, capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 2, proc.stderr
+  errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
+  assert errors == ["error: train.keep_checkpoints=0; expected an integer >= 1 (the "
+                    "checkpoints to keep: fewer would delete every checkpoint of the run)."]
+  assert "Traceback" not in proc.stderr
+  assert _digests(tmp_path / "run") == before and not (tmp_path / "data").exists()
+

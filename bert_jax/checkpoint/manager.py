@@ -77,6 +77,14 @@ def _single_process_array_saves() -> None:
         override=True, ignore_warnings=True)
 
 
+def check_keep(keep, field: str = "train.keep_checkpoints") -> None:
+  """A ValueError naming `field` unless `keep` is an integer >= 1: orbax keeps the last
+  `keep` steps, so 0 (or a negative value) would delete every checkpoint of the run."""
+  if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+    raise ValueError(f"{field}={keep!r}; expected an integer >= 1 (the checkpoints to keep: "
+                     "fewer would delete every checkpoint of the run).")
+
+
 class Checkpointer:
   """CheckpointManager wrapper: save every N steps, keep the last K (+ the best)."""
 
@@ -84,6 +92,7 @@ class Checkpointer:
                best_metric: Optional[str] = None, best_mode: str = "max", row_shards=None):
     """row_shards: the loop's parallel.RowShards (the data iterator is saved per row
     shard); None: one shard per process."""
+    check_keep(keep)  # before the manager exists: orbax's LatestN(0) deletes every step
     self._data_layout = data_checkpoint.Layout.of(row_shards)
     self.directory = paths.resolve(directory)  # gs://bucket/run stays remote
     _single_process_array_saves()
