@@ -118,8 +118,6 @@ def exit_status(result) -> int:
 
 def entry():
   """The `bert-jax-train` console script (and `python -m bert_jax.main`)."""
-  from bert_jax import hardware  # pylint: disable=g-import-not-at-top
-  hardware.configure()  # before jax starts a backend
   from bert_jax.runtime import flag_help  # pylint: disable=g-import-not-at-top
   flag_help.key_flags_in_help(__name__)  # a console script's --help lists the flags too
   app.run(main, flags_parser=parse_flags)

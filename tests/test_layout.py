@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from tests import test_import_layers as layering
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "bert_jax")
 ATTENTION_MAX_LINES = 800
@@ -20,52 +22,22 @@ ROOT_MAX_PY = 8
 FILE_MAX_LINES = 400
 
 
-def module_file(name: str) -> str | None:
-  """bert_jax.a.b -> its file (a module, a package's __init__, or a command in apps/)."""
-  rel = name.split(".")[1:]
-  for cand in (os.path.join(PACKAGE, *rel) + ".py", os.path.join(PACKAGE, *rel, "__init__.py"),
-               os.path.join(PACKAGE, "apps", *rel) + ".py"):
-    if rel and os.path.isfile(cand) or not rel and cand.endswith("__init__.py"):
-      return cand
-  return None
-
-
-def imported_modules(path: str, module: str) -> set[str]:
-  """The bert_jax modules `path` imports anywhere (also inside functions)."""
-  with open(path, encoding="utf-8") as f:
-    tree = ast.parse(f.read(), path)
-  found = set()
-  for node in ast.walk(tree):
-    if isinstance(node, ast.Import):
-      names = [a.name for a in node.names]
-    elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-      names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-    else:
-      continue
-    for name in names:
-      while name.startswith("bert_jax.") and not module_file(name):
-        name = name.rpartition(".")[0]
-      if name.startswith("bert_jax.") and name != module:
-        found.add(name)
-  return found
-
-
 def _lines(path: str) -> int:
   with open(path, encoding="utf-8") as f:
     return sum(1 for _ in f)
 
 
-def reading_closure(module: str) -> dict[str, int]:
-  """module -> lines, for `module` and every bert_jax module it reads through."""
+def reading_closure(module: str, graph=layering.GRAPH, modules=layering.MODULES) -> dict:
+  """module -> lines, for `module` and every bert_jax module it reads through, over the
+  import graph tests/test_import_layers.py scans (lazy imports included)."""
   seen, todo = {}, [module]
   while todo:
     name = todo.pop()
     if name in seen:
       continue
-    path = module_file(name)
-    seen[name] = _lines(path)
+    seen[name] = _lines(modules[name])
     if not name.startswith("bert_jax.kernels"):
-      todo.extend(imported_modules(path, name))
+      todo.extend(graph.get(name, ()))
   return seen
 
 
@@ -136,11 +108,12 @@ def test_no_source_file_over_400_lines():
   assert long == {}
 
 
-def test_the_closure_sees_lazy_imports_and_stops_at_kernels(tmp_path):
-  """The walk itself: a lazy import counts, a kernels/ module is counted, not followed."""
+def test_the_closure_follows_the_graph_and_stops_at_kernels():
+  """The walk itself: a kernels/ module is counted where imported, not followed."""
   closure = reading_closure("bert_jax.layers.attention")
   assert "bert_jax.runtime.sharding" in closure
   assert not any(m in closure for m in ("bert_jax.kernels.splash", "bert_jax.kernels.cudnn"))
-  source = tmp_path / "m.py"
-  source.write_text("def f():\n  from bert_jax.layers import dense\n")
-  assert imported_modules(str(source), "x") == {"bert_jax.layers", "bert_jax.layers.dense"}
+  graph = {"bert_jax.a": {"bert_jax.kernels"}, "bert_jax.kernels": {"bert_jax.b"}}
+  modules = {m: layering.MODULES["bert_jax.runtime.sharding"]
+             for m in ("bert_jax.a", "bert_jax.kernels", "bert_jax.b")}
+  assert set(reading_closure("bert_jax.a", graph, modules)) == {"bert_jax.a", "bert_jax.kernels"}

@@ -206,7 +206,6 @@ def check_counts(tc) -> None:
     value = tc.get(key, low)
     if not isinstance(value, (int, float)) or value < low:
       raise ValueError(f"train.{key}={value!r}; expected a number >= {low}.")
-  ckpt_lib.check_keep(tc.get("keep_checkpoints", 1))
   if not tc.learning_rate > 0:
     raise ValueError(f"train.learning_rate={tc.learning_rate!r}; expected a number > 0.")
 

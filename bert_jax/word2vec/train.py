@@ -23,7 +23,6 @@ import jax
 import ml_collections
 import numpy as np
 
-from bert_jax.checkpoint import manager as ckpt_lib
 from bert_jax.runtime import multihost
 from bert_jax.runtime import parallel
 from bert_jax.train import wandb_run
@@ -54,7 +53,6 @@ def check_counts(config: ml_collections.ConfigDict) -> None:
   if not config.train.alpha > 0 or not config.train.min_alpha >= 0:
     raise ValueError(f"word2vec: train.alpha={config.train.alpha!r} must be > 0 and "
                      f"train.min_alpha={config.train.min_alpha!r} >= 0.")
-  ckpt_lib.check_keep(config.train.get("keep_checkpoints", 1))
 
 
 def _to_host(table: jax.Array) -> np.ndarray:
