@@ -45,6 +45,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # this process only reads checkpoints
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import results_io  # noqa: E402  pylint: disable=wrong-import-position
 
 TASKS = {
     "pretraining": ["--config=configs/bert_tiny.py", "--config.train.num_steps=200",
@@ -309,14 +311,46 @@ def main() -> None:
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--root", default="/tmp/fault_campaign")
   p.add_argument("--tolerance", type=float, default=1e-6)
+  p.add_argument("--result", action="store_true",
+                 help="write bench/results/fault_campaign.json (with --task all), what "
+                      "bench/RESULTS.md renders")
+  p.add_argument("--results-dir", default=results_io.RESULTS_DIR)
   args = p.parse_args()
+  if args.result and args.task != "all":
+    p.error("--result needs --task all (the result covers every task)")
+  load_before = results_io.load()
   print(HEADER)
   print("|" + " --- |" * HEADER.count(" |"))
-  ok = True
+  ok, by_task = True, {}
   for task in sorted(TASKS) if args.task == "all" else [args.task]:
     rows = campaign(task, args.runs, args.seed, args.root, args.tolerance)
+    by_task[task] = rows
     ok &= all(r["exact"] for r in rows)
+  if args.result:
+    res = campaign_result(by_task, args, load_before)
+    print(res["headline"], "\nwrote", results_io.write(res, args.results_dir))
   sys.exit(0 if ok else 1)
+
+
+def campaign_result(by_task: dict, args, load_before: float) -> dict:
+  """Every task's campaigns as one bench result: how many resumed exactly."""
+  exact = {t: sum(r["exact"] for r in rows) for t, rows in by_task.items()}
+  total, runs = sum(exact.values()), sum(len(rows) for rows in by_task.values())
+  worst = max((r["max_loss_diff"] for rows in by_task.values() for r in rows
+               if r["max_loss_diff"] == r["max_loss_diff"]), default=float("nan"))
+  figures = [results_io.figure(f"{t}: random SIGKILLs resumed exactly",
+                               f"{exact[t]} / {len(rows)}",
+                               note=f"{sum(r['moved_aside'] for r in rows)} checkpoints moved "
+                                    "aside as unreadable")
+             for t, rows in by_task.items()]
+  figures.append(results_io.figure("largest |loss difference| after a resume", worst))
+  return results_io.result(
+      "fault_campaign", "Fault campaign", figures,
+      anchor=f"the uninterrupted run's losses ({args.tolerance:g}), every checkpoint restorable",
+      headline=f"{total} / {runs} resumed exactly",
+      goal_=results_io.goal(f"{args.runs} random SIGKILLs per task, rerun to the end",
+                            "every resume exact", total == runs and runs > 0),
+      load_before=load_before, notes=f"seed {args.seed}; tasks " + ", ".join(by_task))
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ import tempfile
 import threading
 import time
 
-import numpy as np
 import portpicker
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +38,9 @@ if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 from scripts import fault_campaign  # pylint: disable=wrong-import-position
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import results_io  # noqa: E402  pylint: disable=wrong-import-position
 
 CORPUS = os.path.join(ROOT, "tests", "testdata", "data", "tiny_corpus.txt")
 MESHES = ((8, 1, 1), (2, 2, 2), (2, 1, 4), (1, 2, 4), (1, 1, 8))
@@ -181,13 +183,18 @@ def main(argv=None) -> int:
                       "process, 1 s apart), each rerun to the end on its workdir; the "
                       "losses are compared as above")
   p.add_argument("--out", default=None, help="a JSON file for the table's rows")
+  p.add_argument("--result", action="store_true",
+                 help="write bench/results/multihost_equivalence.json (multihost_stop.json "
+                      "with --stop), what bench/RESULTS.md renders")
+  p.add_argument("--results-dir", default=results_io.RESULTS_DIR)
   a = p.parse_args(argv)
   meshes = [tuple(int(x) for x in m.split(",")) for m in a.meshes.split(";")]
   counts = [int(x) for x in a.processes.split(",")]
   root = tempfile.mkdtemp(prefix="multihost_")
   env = fault_campaign.child_env(root)
   rows, failed = [], 0
-  print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
+  load_before = results_io.load()
+  print(f"load before: {load_before:.2f}", flush=True)
   print("| task | mesh (data, fsdp, tensor) | processes x devices | row shards | hosts per "
         "block | max rel. loss diff | max rel. eval diff | steps | wall s |")
   print("|---|---|---|---|---|---|---|---|---|")
@@ -234,7 +241,46 @@ def main(argv=None) -> int:
   if a.out:
     with open(a.out, "w") as f:
       json.dump(rows, f, indent=1)
+  if a.result:
+    res = equivalence_result(rows, failed, a, load_before)
+    print(res["headline"], "\nwrote", results_io.write(res, a.results_dir))
   return 1 if failed else 0
+
+
+def equivalence_result(rows: list, failed: int, a, load_before: float) -> dict:
+  """The run's table as a bench result: the largest differences over every cell."""
+  tasks, cells = a.tasks.replace(",", ", "), len(rows) + failed
+  loss = max((r["loss_rel"] for r in rows), default=float("nan"))
+  evals = max((r["eval_rel"] for r in rows), default=float("nan"))
+  met = not failed and bool(rows) and max(loss, evals) <= 1e-5
+  figures = [results_io.figure("cells (task x mesh x processes" +
+                               (" x stop case" if a.stop else "") + ")", cells),
+             results_io.figure("cells failed or off", failed),
+             results_io.figure("largest relative per-step loss difference", float(f"{loss:.2g}")),
+             results_io.figure("largest relative eval difference", float(f"{evals:.2g}"))]
+  counts, meshes = a.processes.split(","), a.meshes.split(";")
+  what = (" vs ".join(f"{n} x {DEVICES // int(n)}" for n in counts) +
+          f" processes, {len(meshes)} meshes; {tasks}")
+  where = f"processes x devices {', '.join(counts)} x {DEVICES}/n; meshes (data,fsdp,tensor) " \
+          f"{' '.join(meshes)}; tasks {tasks}"
+  if a.stop:
+    stopped = sum(1 for r in rows if r["stop"])
+    figures.insert(1, results_io.figure("stopped runs: every process saved the same step, "
+                                        "then resumed", f"{stopped} / {stopped + failed}"))
+    return results_io.result(
+        "multihost_stop", "Multi-host stop and restore agreement", figures,
+        anchor="the uninterrupted one-process run's losses",
+        headline=f"{stopped} stopped runs: same saved step on every process; resumed losses "
+                 f"within {loss:.1e}",
+        goal_=results_io.goal("SIGTERM to one host or to all", "same step on every host, "
+                              "exact resume (<= 1e-5)", met), load_before=load_before,
+        notes=f"{where}. The stop vote's cost per step: tools/stop_vote.py.")
+  return results_io.result(
+      "multihost_equivalence", "Multi-host equivalence", figures,
+      anchor="the same mesh on one process (1 x 8 devices)",
+      headline=f"{cells} cells <= {loss:.1e} relative loss difference, eval to {evals:.1e}",
+      goal_=results_io.goal(what, "<= 1e-5, eval equal", met), load_before=load_before,
+      notes=where)
 
 
 def _layout(output: str) -> str:

@@ -197,6 +197,7 @@ def aot_result(args, systems, largest: dict, rows: dict, load_before: float) -> 
                 results_io.figure(f"{system}: compile at it", seconds, "s")]
   ours = max((largest.get(s, 0) for s in systems if s.startswith("ours")), default=0)
   goal, anchor = None, "the chip's HBM (16 GiB per v5e chip)"
+  title = f"AOT: BERT-large S{args.seq} on {args.topology}"
   if "theirs_remat" in systems and largest.get("theirs_remat") and ours:
     batch = min(ours, largest["theirs_remat"])
     our_s = min(rows[s, batch][2] for s in systems if s.startswith("ours") and (s, batch) in rows)
@@ -205,6 +206,7 @@ def aot_result(args, systems, largest: dict, rows: dict, load_before: float) -> 
                            ">= 3x faster compiles",
                            ours >= 2 * largest["theirs_remat"] and ratio >= 3)
     anchor = "transformers' FlaxBertForPreTraining with gradient checkpointing"
+    title = f"AOT: BERT-large S{args.seq} vs FlaxBertForPreTraining on {args.topology}"
   elif "ours_splash_remat_full" in systems and "ours_splash_kv_proj" in systems:
     goal = results_io.goal(f"BERT-large S{args.seq} with splash", "4096 rows with remat "
                            "full; >= 2048 without remat full (kv_proj)",
@@ -212,7 +214,7 @@ def aot_result(args, systems, largest: dict, rows: dict, load_before: float) -> 
                            and largest.get("ours_splash_kv_proj", 0) >= 2048)
   headline = "; ".join(f"{s} {largest.get(s, 0)} rows" for s in systems)
   return results_io.result(
-      "aot", f"AOT: BERT-large S{args.seq} on {args.topology}", figures, anchor,
+      "aot", title, figures, anchor,
       headline, case=args.result, goal_=goal, load_before=load_before,
       notes="Compiled here by libtpu without a TPU; compile seconds are this CPU's.") | {
           "hardware": f"AOT, {args.topology} (libtpu on a CPU host)"}

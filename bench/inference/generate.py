@@ -9,6 +9,14 @@ Reports generated tokens/s at batch 1 and 16 (prompt 32, 128 new tokens, no EOS 
 side) and our time per new token at positions 32 / 512 / 990 in one cache of all 1,024 slots:
 with the cache a step costs the same wherever it is (no re-encoding of the prefix).
 Timings exclude compilation (ours) and take the best of --repeats runs (both sides).
+
+The result (--side both only): bench/results/cpu_vs_pytorch-generate.json
+(bench/results_io.py; tokens/s of both sides and ours / theirs per batch, our ms per token
+at each position, no goal), RESULTS.md's figures from
+
+  .venv/bin/python bench/inference/generate.py --dims small --bf16
+
+--results-dir DIR writes it there instead; --no-result only prints.
 """
 from __future__ import annotations
 
@@ -39,6 +47,8 @@ def _best(fn, repeats: int) -> float:
   return min(times)
 
 BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, BENCH)
+import results_io  # noqa: E402  pylint: disable=wrong-import-position  (standard library)
 
 
 # ----------------------------------------------------------------------------- ours
@@ -124,6 +134,40 @@ def theirs(dims: dict, batches, repeats: int, threads: int) -> dict:
   return out
 
 
+def generate_result(result: dict, load_before: float) -> dict:
+  """bench/results/cpu_vs_pytorch-generate.json from main's `result` (both sides)."""
+  ours, theirs, figures = result["ours"], result["theirs"], []
+  what = f"prompt {PROMPT}, {NEW} new tokens, greedy"
+  for b in ours["tokens_per_sec"]:
+    for side, value in (("ours", ours["tokens_per_sec"][b]),
+                        ("GPT2LMHeadModel.generate", theirs["tokens_per_sec"][b]),
+                        ("ours, bf16 matmuls", ours.get("bf16_tokens_per_sec", {}).get(b))):
+      if value is not None:
+        figures.append(results_io.figure(f"{side}, batch {b}", round(value, 1),
+                                         "tokens/s", what))
+    for key, side in (("speedup", "ours"), ("speedup_bf16", "ours, bf16 matmuls")):
+      if b in result.get(key, {}):
+        figures.append(results_io.figure(f"{side} / GPT2LMHeadModel.generate, batch {b}",
+                                         round(result[key][b], 2), "x", "tokens/s"))
+  for pos, ms in ours["ms_per_token_at"].items():
+    figures.append(results_io.figure(f"ours, time per new token at position {pos}",
+                                     round(ms, 2), "ms", f"batch 1, one cache of "
+                                     f"{result['n_positions']} slots"))
+  head = f"GPT {result['dims']} dims " + ", ".join(
+      f"{x:.2f}x batch {b}" for b, x in result["speedup"].items())
+  if "speedup_bf16" in result:
+    head += "; bf16 matmuls " + ", ".join(
+        f"{x:.2f}x batch {b}" for b, x in result["speedup_bf16"].items())
+  return results_io.result(
+      "cpu_vs_pytorch", "GPT generation vs transformers (CPU)", figures,
+      "transformers' GPT2LMHeadModel.generate, same dimensions, random weights",
+      head + " GPT2LMHeadModel.generate tokens/s", case="generate", load_before=load_before,
+      notes="data, no goal: CPU speed against PyTorch is no longer a project goal. "
+            f"{result['dims']} dims: {result['n_layer']} layers, width {result['n_embd']}, "
+            f"vocabulary {result['vocab_size']}; transformers {theirs['transformers']}, "
+            f"torch {theirs['torch']}, {theirs['threads']} threads.")
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--dims", choices=sorted(DIMS), default="small")
@@ -135,6 +179,9 @@ def main():
   p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
   p.add_argument("--ref_python", default=os.environ.get(
       "REF_PYTHON", "/work/main/.venv-ref/bin/python"))
+  p.add_argument("--results-dir", default=results_io.RESULTS_DIR,
+                 help="where the result JSON goes (default bench/results)")
+  p.add_argument("--no-result", action="store_true", help="print only")
   args = p.parse_args()
   dims, batches = DIMS[args.dims], [int(b) for b in args.batches.split(",")]
   if args.side == "theirs":
@@ -143,6 +190,7 @@ def main():
   sys.path[:0] = [os.path.dirname(BENCH), BENCH]  # the repository root, bench/
   import bench_util  # pylint: disable=g-import-not-at-top
   bench_util.header("bench/inference/generate.py")
+  load_before = results_io.load()
   result = {"dims": args.dims, **dims, "prompt": PROMPT, "new_tokens": NEW}
   if args.side == "both":
     proc = subprocess.run(
@@ -161,6 +209,11 @@ def main():
             for b in result["ours"][key]}
   print(json.dumps(result, indent=1))
   print(bench_util.load_line("end"))
+  if "theirs" in result:
+    res = generate_result(result, load_before)
+    print(res["title"], "-", res["headline"])
+    if not args.no_result:
+      print("wrote", results_io.write(res, args.results_dir))
 
 
 if __name__ == "__main__":

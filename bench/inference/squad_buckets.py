@@ -17,6 +17,11 @@ epoch) and the eval plan (batch 32):
   repetitions interleaved (padded, bucketed, padded, ...), best of --reps; the outputs
   are compared (max |difference| of the real positions' logits).
 The load average is printed before and after.
+
+The result: bench/results/inference-squad_buckets.json (bench/results_io.py): each
+split's fill rate and shapes per bucket step, the eval forward's seconds and speed-up,
+the logit difference; the docstring states no goal, so none. --results-dir DIR writes it
+there instead; --no-result only prints.
 """
 from __future__ import annotations
 
@@ -34,6 +39,9 @@ sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import numpy as np  # noqa: E402
 
 import bench_util  # noqa: E402  (bench/, the script's own directory)
+import results_io  # noqa: E402  pylint: disable=wrong-import-position
+
+STEPS = (0, 32, 64)
 
 
 def squad_json(n: int, seed: int = 0) -> dict:
@@ -80,7 +88,7 @@ def fill_rates(task, batch: int = 32) -> dict:
   for split, features in (("train", task.train_features), ("eval", task.eval_features)):
     lengths = bucketed.row_lengths(features)
     result = {"windows": len(lengths), "mean_tokens": float(lengths.mean())}
-    for step in (0, 32, 64):
+    for step in STEPS:
       lens = buckets.bucket_lengths(task.seq_len, step)
       if split == "train":
         keys = buckets.BucketTrainKeys(lengths, lens, batch, 0, 1, seed=0,
@@ -127,13 +135,55 @@ def time_eval(tasks: dict, windows: int, reps: int, batch: int = 32) -> dict:
   return {"seconds": seconds, "max_abs_diff": diff}
 
 
+def step_name(step: int) -> str:
+  return "padded to 384" if not step else f"buckets of {step}"
+
+
+def squad_result(args, seq_len: int, rates: dict, timing, load_before: float) -> dict:
+  """bench/results/inference-squad_buckets.json: every printed row a figure, no goal."""
+  figures = []
+  for split, r in rates.items():
+    figures.append(results_io.figure(f"{split}: real tokens a window", round(
+        r["mean_tokens"], 1), "tokens", f"{r['windows']} windows of {seq_len}"))
+    for step in STEPS:
+      figures.append(results_io.figure(
+          f"{split} fill rate, {step_name(step)}", round(100 * r[step]["fill"], 1), "%",
+          f"{len(r[step]['shapes'])} shapes (compiles): {r[step]['shapes']}"))
+  head = "; ".join(f"{split} fill {100 * r[0]['fill']:.0f}% padded to {seq_len} -> "
+                   f"{100 * r[64]['fill']:.0f}% in buckets of 64"
+                   for split, r in rates.items())
+  if timing:
+    best = {k: min(v) for k, v in timing["seconds"].items()}
+    what = f"eval forward, {args.timed_windows} windows, batch 32, warm"
+    for step in (0, 64):
+      figures.append(results_io.figure(
+          f"{what}, {step_name(step)}", round(best[step], 3), "s",
+          f"best of {args.reps}: " + ", ".join(f"{x:.2f}" for x in timing["seconds"][step])))
+    figures.append(results_io.figure(f"{what}: padded / buckets of 64",
+                                     round(best[0] / best[64], 2), "x", "seconds"))
+    figures.append(results_io.figure("max |logit difference| at real positions",
+                                     float(f"{timing['max_abs_diff']:.2e}"), ""))
+    head += f"; eval forward {best[0] / best[64]:.2f}x"
+  return results_io.result(
+      "inference", "SQuAD length buckets (fill rate, eval speed)", figures,
+      f"the same windows padded to max_seq_length {seq_len}", head, case="squad_buckets",
+      load_before=load_before,
+      notes=f"{args.questions} questions built from the embedded corpus (no SQuAD on the "
+            "machine); all-MiniLM-L6-v2 + span head, batch 32.")
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--questions", type=int, default=512)
   parser.add_argument("--timed-windows", type=int, default=128)
   parser.add_argument("--reps", type=int, default=2)
+  parser.add_argument("--results-dir", default=results_io.RESULTS_DIR,
+                      help="where the result JSON goes (default bench/results)")
+  parser.add_argument("--no-result", action="store_true", help="print only")
   args = parser.parse_args()
   bench_util.header("squad_buckets")
+  load_before = results_io.load()
+  t = None
   with tempfile.TemporaryDirectory() as tmp:
     path = os.path.join(tmp, "qa.json")
     with open(path, "w", encoding="utf-8") as f:
@@ -143,9 +193,8 @@ def main():
     for split, r in rates.items():
       print(f"{split}: {r['windows']} windows, {r['mean_tokens']:.1f} real tokens a window "
             f"(of {tasks[64].seq_len})")
-      for step in (0, 32, 64):
-        name = "padded to 384" if not step else f"buckets of {step}"
-        print(f"  {name:16} fill {100 * r[step]['fill']:5.1f}%  shapes (compiles) "
+      for step in STEPS:
+        print(f"  {step_name(step):16} fill {100 * r[step]['fill']:5.1f}%  shapes (compiles) "
               f"{len(r[step]['shapes'])}: {r[step]['shapes']}")
     if args.timed_windows:
       t = time_eval(tasks, args.timed_windows, args.reps)
@@ -154,7 +203,12 @@ def main():
             f"{args.reps}: padded {best[0]:.2f} s ({t['seconds'][0]}), buckets of 64 "
             f"{best[64]:.2f} s ({t['seconds'][64]}): {best[0] / best[64]:.2f}x; max |logit "
             f"difference| at real positions {t['max_abs_diff']:.2e}")
+    seq_len = tasks[64].seq_len
   print(bench_util.load_line("end"))
+  res = squad_result(args, seq_len, rates, t, load_before)
+  print(res["title"], "-", res["headline"])
+  if not args.no_result:
+    print("wrote", results_io.write(res, args.results_dir))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,11 @@ shared CPU lock; steps/s for the 8-minute budget come from `--time` runs on an i
   /work/tools/cpu python bench/time_to_quality/demo_recipe.py --steps 1200 --variants bert,nsp_off,...
   /work/tools/bench-idle python bench/time_to_quality/demo_recipe.py --time --steps 150 --variants ...
 
-Prints one JSON line per variant (accuracy, baselines, or steps/s after the compile).
+Prints one JSON line per variant (accuracy, baselines, or steps/s after the compile), then
+writes bench/results/demo_recipe.json (accuracy runs) or demo_recipe-time.json (--time):
+the variants of this one invocation, against the variant "bert" (no moves) when it is
+among them and the count baselines (recipe_result; no goal). --results-dir DIR writes it
+there instead; --no-result prints its headline only.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 from bench import bench_util  # noqa: E402  pylint: disable=g-import-not-at-top
+import results_io  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 
 # The moves, as config overrides on top of configs/bert_tiny.py:bert.
 MOVES = {
@@ -116,13 +121,59 @@ def main():
   parser.add_argument("--data_dir", default="/tmp/demo_recipe_data")
   parser.add_argument("--config", default="configs/bert_tiny.py:bert")
   parser.add_argument("--python", default=sys.executable)
+  parser.add_argument("--results-dir", "--results_dir", dest="results_dir",
+                      default=results_io.RESULTS_DIR, help="where the result file is written")
+  parser.add_argument("--no-result", "--no_result", dest="no_result", action="store_true",
+                      help="print the result's headline only; write no result file")
   args = parser.parse_args()
+  load_before = results_io.load()
   print(json.dumps({"command": " ".join(sys.argv), "load_start": bench_util.load_line("start")}),
         flush=True)
+  rows = []
   for variant in args.variants.split(","):
-    print(json.dumps(run_variant(args.python, variant, args.steps, args.root, args.data_dir,
-                                 args.time, args.config)), flush=True)
+    rows.append(run_variant(args.python, variant, args.steps, args.root, args.data_dir,
+                            args.time, args.config))
+    print(json.dumps(rows[-1]), flush=True)
   print(json.dumps({"load_end": bench_util.load_line("end")}), flush=True)
+  res = recipe_result(rows, args.time, args.steps, args.config, load_before)
+  print(res["headline"])
+  if not args.no_result:
+    print("wrote", results_io.write(res, args.results_dir))
+
+
+def recipe_result(rows: list, timing: bool, steps: int, config: str,
+                  load_before: float) -> dict:
+  """The result of one invocation's variants (run_variant's rows): held-out accuracy
+  with the baselines, or (timing) steps/s; the docstring states no goal."""
+  anchor = f"{config} with no moves (variant 'bert') at the same {steps} steps"
+  notes = (f"Each variant trained from scratch for {steps} steps on top of {config}, one "
+           "after the other in this invocation (moves: demo_recipe.MOVES).")
+  if timing:
+    figures = [results_io.figure(f"{r['variant']}: training speed", round(r["steps_per_s"], 2),
+                                 "steps/s", "the log windows after the first (the compile)")
+               for r in rows]
+    by = sorted(rows, key=lambda r: r["steps_per_s"])
+    fast, slow = by[-1], by[0]
+    headline = "steps/s " + (
+        ", ".join(f"{r['variant']} {r['steps_per_s']:.2f}" for r in rows) if len(rows) <= 3
+        else f"{fast['variant']} {fast['steps_per_s']:.2f} (fastest) to {slow['variant']} "
+        f"{slow['steps_per_s']:.2f} (slowest) over {len(rows)} variants")
+    return results_io.result(
+        "demo_recipe", "Demo recipe, steps/s", figures, anchor, headline, case="time",
+        load_before=load_before, notes=notes + " Steps/s: the machine's load is in it.")
+  figures = [results_io.figure(
+      f"{r['variant']}: held-out MLM accuracy", round(r["model"], 4), "accuracy",
+      f"most frequent {r['most_frequent']:.4f}, bigram {r['bigram']:.4f}; final train loss "
+      f"{r['train_loss']:.2f}; top-1 " + ", ".join(r["top1"])) for r in rows]
+  best = max(rows, key=lambda r: r["model"])
+  bert = next((r for r in rows if r["variant"] == "bert"), None)
+  headline = (f"best {best['variant']} {best['model']:.4f} at {steps} steps"
+              + (f" vs bert {bert['model']:.4f}" if bert and bert is not best else "")
+              + f"; most frequent {best['most_frequent']:.4f}, bigram {best['bigram']:.4f}")
+  return results_io.result("demo_recipe", "Demo recipe", figures, anchor + "; the count "
+                           "baselines on the same masked positions (bert_jax/apps/demo_report.py)",
+                           headline,
+                           load_before=load_before, notes=notes)
 
 
 if __name__ == "__main__":

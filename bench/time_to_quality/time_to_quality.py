@@ -31,6 +31,12 @@ Steps (the load average is printed before and after every run):
 Each side gets --threads threads (torch.set_num_threads; XLA's CPU pool takes the
 cores this process may use: run it under `taskset -c 0,1` for 2 on a bigger machine).
 Bad input (a missing venv or package, a tokenizer mismatch) is one line, exit status 2.
+
+6. The bench result: once OUT holds the four runs, bench/results/time_to_quality.json
+   (bench_result: what this one window measured, on this machine; the carried figures
+   spanned 8 windows on 3 CPUs) besides OUT/results.json. --results-dir DIR writes it
+   there instead (default bench/results/); --no-result prints its headline only.
+   `--stages ""` rebuilds it (and the table) from an OUT measured earlier.
 """
 from __future__ import annotations
 
@@ -40,6 +46,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Optional
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
@@ -47,6 +54,7 @@ _BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.dirname(_BENCH), _BENCH]  # the repository root, bench/
 import bench_util  # noqa: E402  pylint: disable=wrong-import-position
 import curves as ttq_report  # noqa: E402  pylint: disable=wrong-import-position
+import results_io  # noqa: E402  pylint: disable=wrong-import-position
 from stages import (BASE_DIMS, LABELS, STAGES, hf_spec, ours_spec,  # noqa: E402
                     prepare_data, run_interleaved, run_worker, slice_ratios, tune)
 
@@ -87,6 +95,11 @@ def main():
   parser.add_argument("--no_fit", dest="fit_steps", action="store_false",
                       help="our runs keep their configs' num_steps (no probe), e.g. with "
                       "--ours_overrides '{\"train.num_steps\": 2000}' --budget 100000")
+  parser.add_argument("--results-dir", "--results_dir", dest="results_dir",
+                      default=results_io.RESULTS_DIR,
+                      help="where the bench result (time_to_quality.json) is written")
+  parser.add_argument("--no-result", "--no_result", dest="no_result", action="store_true",
+                      help="print the bench result's headline only; write no result file")
   args = parser.parse_args()
   try:
     bench_util.check_python(args.torch_python, "--torch-python", bench_util.REF_VENV)
@@ -96,6 +109,7 @@ def main():
 
 
 def run(args) -> None:
+  load_before = results_io.load()
   bench_util.header("time_to_quality")
   os.makedirs(args.out, exist_ok=True)
   stages = set(filter(None, args.stages.split(",")))  # none: the report of OUT again
@@ -177,6 +191,13 @@ def run(args) -> None:
   report(results, args)
   mine |= {"table", "goals", "ratios", "slice_ratios"}
   save()
+  res = bench_result(results, load_before)
+  if res is None:
+    print(f"no bench result: {path} lacks some of the runs {', '.join(LABELS)}")
+  else:
+    print(res["headline"])
+    if not args.no_result:
+      print("wrote", results_io.write(res, args.results_dir), flush=True)
 
 
 def wait_for_tuned(path: str, results: dict, timeout_s: float = 1800.0) -> dict:
@@ -236,6 +257,82 @@ def report(results: dict, args) -> None:
               for k, (r, g) in ratios.items()]
   results["ratios"] = ratios
   print("\n".join([*lines, bench_util.load_line("end")]), flush=True)
+
+
+def _ratio_figure(results: dict, size: str, ours: Optional[dict], theirs: Optional[dict]):
+  """The tokens/s ratio at `size`: the median of the interleaved slices' ratios where
+  they exist, else the two runs' steady tokens/s (run one after the other)."""
+  per_round = results.get("slice_ratios", {}).get(size)
+  if per_round:
+    value = statistics.median(per_round)
+    how = (f"median of {len(per_round)} interleaved slices ({min(per_round):.2f}-"
+           f"{max(per_round):.2f}x)")
+  elif ours and theirs:
+    value = ours["steady_tokens_per_s"] / theirs["steady_tokens_per_s"]
+    how = f"{ours['steady_tokens_per_s']:,.0f} / {theirs['steady_tokens_per_s']:,.0f} tokens/s"
+  else:
+    return None
+  return results_io.figure(f"tokens/s, :bert / run_mlm defaults, {size}", round(value, 2), "x",
+                           f"data, no goal: CPU speed against PyTorch is no longer a project "
+                           f"goal; {how}")
+
+
+def bench_result(results: dict, load_before: Optional[float]) -> Optional[dict]:
+  """bench/results/time_to_quality.json from OUT/results.json (None without the four
+  runs): the issue's goal and figures as this one window measured them."""
+  runs, base = results.get("runs", {}), results.get("base", {})
+  if set(LABELS) - set(runs):
+    return None
+  tuned, demo = runs["hf_tuned"], runs["ours_demo"]
+  target, clock = tuned["curve"][-1]["accuracy"], tuned["summary"]["seconds"]
+  reach = ttq_report.seconds_to_reach(demo["curve"], target)
+  frac = None if reach is None else reach / clock
+  final = demo["curve"][-1]["accuracy"]
+  times = final / max(target, 1e-9)
+  minutes = f"{clock / 60:.1f}".removesuffix(".0")
+  recipe = results.get("tuned", {})
+  figures = [
+      results_io.figure("clock to the tuned run's final accuracy, one window",
+                        "never" if frac is None else round(100 * frac),
+                        "" if frac is None else "%",
+                        f":demo never reached {target:.4f}, the tuned run's final at "
+                        f"{clock:.0f} s" if reach is None else f":demo reached {target:.4f} "
+                        f"at {reach:.0f} s of the tuned run's {clock:.0f} s"),
+      results_io.figure(f":demo / tuned accuracy at {minutes} minutes, one window",
+                        round(times, 2), "x", f"{final:.4f} / {target:.4f}; goal >= 3x "
+                        + ("met" if times >= 3 else "missed")),
+      results_io.figure(":demo final held-out accuracy", round(final, 4), "accuracy",
+                        f"{demo['summary']['steps']} steps in "
+                        f"{demo['summary']['seconds']:.0f} s"),
+      results_io.figure("tuned run_mlm final held-out accuracy", round(target, 4), "accuracy",
+                        f"lr {recipe.get('learning_rate', '?')}, "
+                        f"{recipe.get('lr_scheduler_type', '?')}; {tuned['summary']['steps']} "
+                        f"steps in {clock:.0f} s")]
+  for size, ours, theirs in (
+      ("bert_tiny sizes", runs["ours_bert"]["summary"], runs["hf_defaults"]["summary"]),
+      ("BERT-base sizes", base.get("ours"), base.get("hf"))):
+    fig = _ratio_figure(results, size, ours, theirs)
+    if fig:
+      figures.append(fig)
+  headline = ("`:demo` " + (f"never reaches the tuned run's final accuracy {target:.4f}"
+                            if frac is None else
+                            f"reaches the tuned run's final accuracy in {100 * frac:.0f}% of "
+                            f"its clock") + f"; at {minutes} minutes {times:.2f}x its accuracy")
+  sliced = sum("slices" in r for r in runs.values())  # run_interleaved's runs have slices
+  how = ("interleaved: the runs took turns in slices" if sliced == len(runs) else
+         "sequential: the runs ran one after the other" if not sliced else
+         f"{sliced} of the {len(runs)} runs interleaved, the others sequential")
+  commands = results.get("commands", [])
+  notes = (f"One window on one machine ({how}); the carried figures spanned 8 windows on "
+           f"3 CPUs.")
+  if len(commands) > 1:
+    notes += " OUT/results.json was built by: " + "; ".join(f"`{c}`" for c in commands) + "."
+  return results_io.result(
+      "time_to_quality", "Time to quality vs run_mlm", figures,
+      "transformers' run_mlm recipe (defaults and tuned), same corpus, vocabulary, size, "
+      "threads", headline, goal_=results_io.goal(
+          "held-out MLM accuracy against the clock", "tuned final in <= 25% of its clock",
+          frac is not None and frac <= 0.25), load_before=load_before, notes=notes)
 
 
 def _read_json(path: str) -> dict:

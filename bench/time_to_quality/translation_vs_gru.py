@@ -9,26 +9,40 @@ checkpoint of each translates the same never-seen test split with beam 4. Report
 test BLEU / chrF / exact match, train tokens/s (the loop's own figure: padded source +
 target tokens, the first log window with the compile left out) and decode sentences/s
 (beam 4, batch 64, compile excluded). The runs are sequential, so they share the machine
-with whatever else runs at the time: say so next to the figures.
+with whatever else runs at the time: say so next to the figures. An earlier run's workdir
+under --root is removed first (bert_jax.main would resume it, not train).
+
+Writes bench/results/translation_vs_gru.json (tvg_result: both models' test BLEU, decode
+and train speed, the load average around each run); --results-dir DIR writes it there
+instead, --no-result prints its headline only. The carried result: --budget_minutes 8.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path[:0] = [os.path.join(ROOT, "bench")]
+import results_io  # noqa: E402  pylint: disable=wrong-import-position
+
 ARGS = {"Transformer": "numbers", "GRU + attention": "numbers_gru"}
+SHORT = {"Transformer": "Transformer", "GRU + attention": "GRU"}  # the decoding rows' names
 
 
 def train(arg: str, workdir: str, budget_s: float, overrides: list[str]) -> dict:
   cmd = [sys.executable, "-m", "bert_jax.main", "--config", f"configs/translation.py:{arg}",
          "--workdir", workdir, *overrides]
   env = dict(os.environ, PYTHONPATH=ROOT)
+  if os.path.exists(workdir):  # it would be resumed: its old steps counted as this run's
+    print(f"[translation_vs_gru] removing the earlier run in {workdir}", file=sys.stderr)
+    shutil.rmtree(workdir)
+  load_before = results_io.load()
   t0 = time.time()
   with open(os.path.join(os.path.dirname(workdir), f"{arg}.log"), "w") as log:
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -42,7 +56,7 @@ def train(arg: str, workdir: str, budget_s: float, overrides: list[str]) -> dict
   steady = train_rows[1:] or train_rows
   return {"wall_s": time.time() - t0, "steps": max(r["step"] for r in train_rows),
           "tokens_per_s": sum(r["perf/tokens_per_sec"] for r in steady) / len(steady),
-          "returncode": proc.returncode}
+          "returncode": proc.returncode, "load": [load_before, results_io.load()]}
 
 
 def evaluate(workdir: str, beam_size: int) -> dict:
@@ -76,7 +90,13 @@ def main():
   parser.add_argument("--beam_size", type=int, default=4)
   parser.add_argument("--override", action="append", default=[],
                       help="extra --config.x=y flags for both runs")
+  parser.add_argument("--results-dir", "--results_dir", dest="results_dir",
+                      default=results_io.RESULTS_DIR,
+                      help="where translation_vs_gru.json is written")
+  parser.add_argument("--no-result", "--no_result", dest="no_result", action="store_true",
+                      help="print the result's headline only; write no result file")
   args = parser.parse_args()
+  load_before = results_io.load()
   os.makedirs(args.root, exist_ok=True)
   table = {}
   for name, arg in ARGS.items():
@@ -91,6 +111,41 @@ def main():
     print(f"| {name} | {r['steps']} | {r['bleu']:.1f} | {r['chrf']:.1f} | "
           f"{100 * r['exact_match']:.1f}% | {r['tokens_per_s']:,.0f} | "
           f"{r['sentences_per_s']:.1f} |")
+  res = tvg_result(table, args.budget_minutes, args.beam_size, args.override, load_before)
+  print(res["headline"])
+  if not args.no_result:
+    print("wrote", results_io.write(res, args.results_dir))
+
+
+def tvg_result(table: dict, budget_minutes: float, beam_size: int, overrides: list,
+               load_before: float) -> dict:
+  """bench/results/translation_vs_gru.json from main's table {model name: train() and
+  evaluate()'s figures}: no goal, the GRU is the anchor."""
+  figures = []
+  for name, r in table.items():
+    exit_note = f"; exit status {r['returncode']}" if r["returncode"] else ""
+    figures.append(results_io.figure(
+        f"{name}: test BLEU", round(r["bleu"], 1), "BLEU",
+        f"{r['steps']} steps in {budget_minutes:g} min; chrF {r['chrf']:.1f}, exact match "
+        f"{100 * r['exact_match']:.1f}%{exit_note}"))
+  for name, r in table.items():
+    figures.append(results_io.figure(f"{SHORT[name]}: decoding, beam {beam_size}",
+                                     round(r["sentences_per_s"], 1), "sentences/s",
+                                     "batch 64, compile excluded"))
+  for name, r in table.items():
+    figures.append(results_io.figure(f"{SHORT[name]}: training", round(r["tokens_per_s"]),
+                                     "tokens/s", "padded source + target, the loop's figure"
+                                     " after its first log window"))
+  (t_name, t), (g_name, g) = table.items()
+  loads = ", ".join(f"{r['load'][0]} -> {r['load'][1]} ({SHORT[n]})" for n, r in table.items())
+  return results_io.result(
+      "translation_vs_gru", "Transformer vs GRU with additive attention", figures,
+      f"the pre-Transformer baseline, same data and {budget_minutes:g} minutes of wall clock",
+      f"BLEU {t['bleu']:.1f} vs {g['bleu']:.1f}; decoding {t['sentences_per_s']:.0f} vs "
+      f"{g['sentences_per_s']:.0f} sentences/s", load_before=load_before,
+      notes=f"{t_name} vs {g_name}, sequential, so their neighbours differed; load average "
+      f"before -> after each training: {loads}."
+      + (f" Overrides for both: {' '.join(overrides)}." if overrides else ""))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,11 @@ FlaxBertForPreTraining, same CPU, one run, repetitions interleaved.
 
   .venv-bench/bin/python bench/train_step/train_step.py --case all --steps 5 --reps 3
 
+Result file: the full run (`--case all` with ours and torch among --systems) writes
+bench/results/cpu_vs_pytorch-train_step.json (train_step_result.py: a figure a printed
+row); any other run writes one only into `--results-dir DIR` (a smoke run: `--case tiny
+--systems ours --results-dir /tmp/rs`); `--no-result` writes none.
+
 Venvs: the driver runs in .venv-bench (ours + transformers' Flax models: see
 bench/requirements-bench.txt; transformers 4.57 never goes into requirements.txt) and
 runs bench/train_step/torch_worker.py with the reference venv's python (--torch-python,
@@ -85,6 +90,8 @@ from bert_jax.tasks.pretraining import PretrainingTask  # noqa: E402
 from bert_jax.train import mfu  # noqa: E402
 
 import bench_util  # noqa: E402
+import results_io  # noqa: E402
+import train_step_result  # noqa: E402
 from systems import build_ours, build_reference, hf_batch, make_batch, our_config  # noqa: E402
 
 # train/loop.py enters the mesh with `with mesh:`; the bench does the same (not set_mesh).
@@ -301,6 +308,10 @@ def parse_args():
                       help="python of the venv with torch + transformers (requirements-ref.txt)")
   parser.add_argument("--threads", type=int, default=bench_util.xla_threads(),
                       help="torch.set_num_threads (default: the cores XLA uses here)")
+  parser.add_argument("--results-dir", default=None,
+                      help="write the result file here (default: bench/results/, and only "
+                           "for the full run: --case all with ours and torch)")
+  parser.add_argument("--no-result", action="store_true", help="write no result file")
   args = parser.parse_args()
   args.variants = [v for v in args.variants.split(",") if v]
   for v in args.variants:
@@ -334,6 +345,7 @@ def check_systems(args) -> None:
 
 def main():
   args = parse_args()
+  load_before = results_io.load()
   bench_util.header("train_step")
   print(f"jax {jax.__version__} on {jax.devices()[0].device_kind} x{jax.device_count()}; "
         f"systems {','.join(args.systems)}; torch threads {args.threads}", flush=True)
@@ -349,6 +361,9 @@ def main():
     bench_util.fail("train_step", str(e))
   print_rows(rows, peak)
   print("\n" + bench_util.load_line("end"))
+  full = args.case == "all" and {"ours", "torch"} <= set(args.systems)
+  train_step_result.write(train_step_result.build(rows, peak.value, args, load_before, full),
+                          args, full, "--case all with ours and torch")
 
 
 if __name__ == "__main__":

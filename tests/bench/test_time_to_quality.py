@@ -134,12 +134,16 @@ def test_the_runs_stage_keeps_every_run_and_draws_the_table(tmp_path, monkeypatc
   args = argparse.Namespace(out=str(tmp_path), stages="tune,runs,base", runs=",".join(ttq.LABELS),
                             budget=60.0, every=30.0, base_steps=0, threads=2, note="",
                             picture=str(tmp_path / "ttq.png"), data_dir=str(tmp_path),
-                            sequential=True)
+                            sequential=True, no_result=False,
+                            results_dir=str(tmp_path / "results"))
   ttq.run(args)
   with open(tmp_path / "results.json", encoding="utf-8") as f:
     results = json.load(f)
   assert {k: v["curve"][-1]["accuracy"] for k, v in results["runs"].items()} == accuracy
   assert len(results["table"]) == 2 + 4 and (tmp_path / "ttq.png").exists()
+  with open(tmp_path / "results" / "time_to_quality.json", encoding="utf-8") as f:
+    bench = json.load(f)  # the bench result, written where --results-dir says
+  assert bench["suite"] == "time_to_quality" and bench["carried"] is None
 
 
 def test_our_runs_take_the_overrides_and_the_fit_switch():
