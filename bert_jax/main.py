@@ -80,6 +80,18 @@ def run(config, workdir: str):
   return result
 
 
+def run_locked(config, workdir: str):
+  """run() holding the workdir's lock (process 0; runtime/workdir_lock.py): a second run on
+  the same workdir stops here, before it writes. Predict mode only reads the workdir and
+  writes its own output file, so it runs beside training without the lock."""
+  if config.get("mode", "train") == "predict":
+    return run(config, workdir)
+  import jax  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import workdir_lock  # pylint: disable=g-import-not-at-top
+  with workdir_lock.hold(workdir, process_index=jax.process_index()):
+    return run(config, workdir)
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -92,7 +104,7 @@ def main(argv):
   from bert_jax.runtime import paths  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import progress
   progress.set_enabled(config.get("progress", True))
-  from bert_jax.checkpoint import manager as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax import guards  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoint.manager import CheckpointSaveError  # pylint: disable=g-import-not-at-top
   from bert_jax.train.writer import MetricsWriteError  # pylint: disable=g-import-not-at-top
   full_disk = (CheckpointSaveError, MetricsWriteError)
@@ -100,8 +112,8 @@ def main(argv):
     paths.check_workdir(FLAGS.workdir)
     paths.check_config(config)  # init_from, data and predict paths
     # Settings that would destroy what is on disk, refused before anything is written.
-    ckpt_lib.check_keep(config.get("train", {}).get("keep_checkpoints", 1))
-    result = run(config, FLAGS.workdir)
+    guards.check_run(config, FLAGS.workdir)
+    result = run_locked(config, FLAGS.workdir)
   except (ValueError, FileNotFoundError, FloatingPointError, *full_disk) as e:
     # Printed once (an absl logging.error here showed every message twice on stderr).
     print(f"error: {e.strerror if isinstance(e, full_disk) else e}", file=sys.stderr)

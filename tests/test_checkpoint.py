@@ -3,6 +3,7 @@ for multihost.allgather: its step list and its restore outcomes are what another
 report (two real processes: tests/train/test_loop_multihost.py); and keep_checkpoints below
 one refused before a checkpoint is touched."""
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -137,3 +138,78 @@ def test_the_cli_refuses_keep_checkpoints_0_in_one_line_and_loses_nothing(tmp_pa
   assert "Traceback" not in proc.stderr
   assert _digests(tmp_path / "run") == before and not (tmp_path / "data").exists()
 
+
+
+def test_a_storage_error_is_retried_then_reported_never_rolled_back(tmp_path, monkeypatch):
+  """A permission error or an unavailable store is not a damaged step: read again; if it
+  stays, one CheckpointReadError, every step where it was, nothing moved aside."""
+  from bert_jax.checkpoint import restore_errors
+  ck = _saved(tmp_path)
+  before = _digests(tmp_path / "ck")
+  real_read, calls = ck._read, []
+  monkeypatch.setattr(restore_errors.time, "sleep", lambda s: calls.append(("sleep", s)))
+
+  def flaky(step, args):
+    calls.append(step)
+    if len(calls) < 3:
+      raise PermissionError(13, "Permission denied", f"ck/{step}/state")
+    return real_read(step, args)
+  monkeypatch.setattr(ck, "_read", flaky)
+  assert ck.restore(_abstract())[2] == 4  # the newest, after a retry
+  assert calls == [4, ("sleep", 1.0), 4]
+
+  def unavailable(step, args):
+    raise ValueError("UNAVAILABLE: GCS backend 503 Service Unavailable")
+  monkeypatch.setattr(ck, "_read", unavailable)
+  with pytest.raises(ckpt_lib.CheckpointReadError,
+                     match=r"ck/4 could not be read after 3 tries \(UNAVAILABLE.*nothing was "
+                           r"rolled back or moved"):
+    ck.restore(_abstract())
+  assert _digests(tmp_path / "ck") == before and ck.all_steps() == [2, 4]
+
+
+def test_a_step_written_in_a_newer_format_is_one_error_naming_both_versions(tmp_path):
+  from bert_jax.checkpoint import restore_errors
+  ck = _saved(tmp_path, steps=(2,))
+  meta_file = tmp_path / "ck" / "2" / "meta" / "metadata"
+  meta = json.loads(meta_file.read_text())
+  assert meta["format"] == restore_errors.FORMAT and meta["code_version"]
+  meta_file.write_text(json.dumps(dict(meta, format=restore_errors.FORMAT + 1,
+                                       code_version="9.0.0")))
+  with pytest.raises(ckpt_lib.CheckpointFormatError,
+                     match=rf"format {restore_errors.FORMAT + 1} by bert_jax 9\.0\.0; this is "
+                           rf"bert_jax .*, which reads format {restore_errors.FORMAT} and older"):
+    ck.restore(_abstract())
+  assert (tmp_path / "ck" / "2").is_dir()
+  restore_errors.check_format({"task": "t"}, "old")  # written before the field: format 0
+
+
+def test_moved_aside_steps_beyond_keep_checkpoints_are_removed(tmp_path, monkeypatch):
+  ck = ckpt_lib.Checkpointer(str(tmp_path / "ck"), keep=2, async_save=False)
+  for stamp in ("20261201-000000", "20261202-000000", "20261203-000000"):
+    (tmp_path / "ck" / f"7.corrupt-{stamp}").mkdir(parents=True)
+  for s in (2, 4):
+    ck.save(s, _state(float(s)), {"task": "t"})
+  ck.wait()
+  monkeypatch.setattr(multihost, "allgather", _Peer(verdicts=["OSError: damaged", ""]))
+  assert ck.restore(_abstract())[2] == 2
+  left = sorted(p.name for p in (tmp_path / "ck").iterdir() if ".corrupt-" in p.name)
+  assert len(left) == 2 and left[1] == "7.corrupt-20261203-000000"  # the two newest
+  assert left[0].startswith("4.corrupt-2026")
+
+
+@pytest.mark.parametrize("error,transient", [
+    (PermissionError(13, "Permission denied"), True),
+    (TimeoutError("read timed out"), True),
+    (OSError(5, "Input/output error"), True),
+    (ValueError("DEADLINE_EXCEEDED: tensorstore read"), True),
+    (FileNotFoundError(2, "No such file"), False),
+    (ValueError("Error reading array: not a valid zarr chunk"), False),
+    (json.JSONDecodeError("Expecting value", "", 0), False),
+])
+def test_storage_errors_are_told_from_damaged_files(error, transient):
+  from bert_jax.checkpoint import restore_errors
+  assert restore_errors.transient(error) is transient
+  wrapped = RuntimeError("restore failed")
+  wrapped.__cause__ = error
+  assert restore_errors.transient(wrapped) is transient

@@ -7,6 +7,7 @@ with no missing or unexpected weight, and AutoTokenizer loaded its tokenizer
 and compared tensor for tensor with the committed export, and our eval-mode logits with
 transformers' to 1e-4.
 """
+import hashlib
 import json
 import os
 import subprocess
@@ -111,14 +112,51 @@ def test_best_latest_and_a_step(tmp_path):
   notes = tmp_path / "notes"
   notes.mkdir()
   (notes / "keep.txt").write_text("mine")
-  with pytest.raises(export.ExportError, match="holds no earlier export"):
-    export.export(workdir, str(notes), "best")
+  with pytest.raises(export.ExportError, match=r"holds files an export does not write "
+                                               r"\(keep\.txt\)"):
+    export.export(workdir, str(notes), "best", overwrite=True)
   assert os.listdir(notes) == ["keep.txt"]
   with pytest.raises(export.ExportError) as info:  # was a FileExistsError traceback
     export.export(workdir, str(notes / "keep.txt"), "best")
   assert str(info.value) == (f"--output {notes}/keep.txt is a file: give a directory (new, "
-                             "empty, or an earlier export).")
+                             "empty, or an earlier export with --overwrite).")
   assert (notes / "keep.txt").read_text() == "mine"
+
+
+def _digests(directory) -> dict:
+  return {n: hashlib.sha256(open(os.path.join(directory, n), "rb").read()).hexdigest()
+          for n in sorted(os.listdir(directory))}
+
+
+def test_a_model_is_replaced_only_with_overwrite_and_never_left_half_written(tmp_path,
+                                                                             monkeypatch):
+  workdir = str(tmp_path / "run")
+  export_cases.make_workdir("classification", workdir,
+                            steps=((1, {"accuracy": 0.9}), (2, {"accuracy": 0.5})))
+  out = str(tmp_path / "hf")
+  export.export(workdir, out, "1")
+  first = _digests(out)
+  with pytest.raises(export.ExportError, match=r"already holds a model \(config\.json\): "
+                                               r"pass --overwrite"):
+    export.export(workdir, out, "2")
+  assert _digests(out) == first
+  for into in (workdir, str(tmp_path)):  # the workdir, or a directory holding it
+    with pytest.raises(export.ExportError, match=r"is or holds the workdir"):
+      export.export(workdir, into, "2", overwrite=True)
+  # A failure after the weights were written: the old model stays whole, nothing staged.
+  from bert_jax.data import tokenizer as tokenizer_lib
+  def broken(*args, **kwargs):
+    raise OSError("disk gone")
+  monkeypatch.setattr(tokenizer_lib, "save_vocab", broken)
+  with pytest.raises(OSError, match="disk gone"):
+    export.export(workdir, out, "2", overwrite=True)
+  assert _digests(out) == first
+  assert sorted(os.listdir(tmp_path)) == ["hf", "run"]
+  monkeypatch.undo()
+  export.export(workdir, out, "2", overwrite=True)
+  second = _digests(out)
+  assert second["model.safetensors"] != first["model.safetensors"]
+  assert second["vocab.txt"] == first["vocab.txt"] and sorted(second) == sorted(first)
 
 
 def test_unexportable_runs_are_one_clear_error(tmp_path):

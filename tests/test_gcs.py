@@ -385,3 +385,50 @@ def test_lm_prepare_takes_its_bpe_from_gcs(gcs, tmp_path, configs_gpt_path):
   c.data.data_dir = "gs://bucket/lm-data"
   with pytest.raises(ValueError, match=r"^data.data_dir gs://bucket/lm-data: prepared data"):
     lm_data.prepare(c.data, verbose=False)
+
+
+def test_the_workdir_lock_and_atomic_writes_on_gcs(gcs):
+  """The lock is a create-if-absent upload: a second run is refused; open_atomically
+  uploads nothing when its writer raises, and the whole file when it ends."""
+  import json, socket, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  from bert_jax.runtime import paths, workdir_lock
+  with workdir_lock.hold("gs://bucket/locked") as path:
+    assert json.loads(gcs.cat("bucket/locked/.bert_jax.lock"))["pid"] == os.getpid()
+    assert not workdir_lock._create(path, b"{}")  # create-if-absent: the second one loses
+  assert path == "gs://bucket/locked/.bert_jax.lock"
+  gcs.invalidate_cache()
+  assert not gcs.exists("bucket/locked/.bert_jax.lock")
+  holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  try:
+    gcs.pipe("bucket/held/.bert_jax.lock", json.dumps(
+        {"pid": holder.pid, "host": socket.gethostname(), "started": "x"}).encode())
+    with pytest.raises(ValueError, match=rf"gs://bucket/held is in use by another run "
+                                         rf"\(pid {holder.pid}"):
+      workdir_lock.acquire("gs://bucket/held")
+  finally:
+    holder.kill()
+    holder.wait()
+  with pytest.raises(RuntimeError, match="writer failed"):
+    with paths.open_atomically("gs://bucket/atomic/out.bin") as f:
+      f.write(b"half")
+      raise RuntimeError("writer failed")
+  assert not gcs.exists("bucket/atomic/out.bin")
+  paths.write_atomically("gs://bucket/atomic/out.bin", b"whole")
+  gcs.invalidate_cache()
+  assert gcs.cat("bucket/atomic/out.bin") == b"whole"
+
+
+def test_translation_prepares_in_a_gcs_workdir(gcs, tmp_path, monkeypatch):
+  """The vocabulary and the test split land in the bucket, not in a local ./gs:/ tree."""
+  from bert_jax.configs import translation
+  from bert_jax.tasks import registry
+  monkeypatch.chdir(tmp_path)
+  config = translation.get_config("numbers")
+  config.data.max_eval_examples = 8
+  config.data.num_test_examples = 8
+  task = registry.get_task(config)
+  task.prepare("gs://bucket/translation")
+  gcs.invalidate_cache()
+  assert gcs.exists("bucket/translation/tokenizer/tokenizer.json")
+  test_de = gcs.cat("bucket/translation/data/test.de").decode().splitlines()
+  assert len(test_de) == 8 and not os.path.exists(tmp_path / "gs:")

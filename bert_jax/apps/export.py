@@ -1,7 +1,7 @@
 r"""Export a trained workdir as a Hugging Face transformers directory (no torch needed).
 
   python -m bert_jax.export --workdir workdirs/polarity --output hf/polarity \
-      [--checkpoint best|latest|STEP]
+      [--checkpoint best|latest|STEP] [--overwrite]
 
 Writes config.json (`architectures`, `id2label` / `label2id` of the task's labels),
 model.safetensors and the tokenizer files, so `AutoModelFor...from_pretrained(D)` and
@@ -15,18 +15,24 @@ BERT exports carry vocab.txt + tokenizer.json + tokenizer_config.json. `best` is
 run's best checkpoint by its train.best_metric (the newest when it kept none).
 Translation runs and classifiers on mean pooling have no transformers class that
 computes them exactly: one line says why, as for an unknown workdir or a missing step
-(exit code 2). Pretraining writes this export to <workdir>/hf at its end with
---config.export_hf=True.
+(exit code 2). An --output that already holds a model (config.json) is refused unless
+--overwrite; the files are written beside it and moved in at the end, config.json last,
+so a failure never leaves a directory that loads as a mix of two models. Pretraining
+writes this export to <workdir>/hf at its end with --config.export_hf=True.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import sys
+import tempfile
 
 from absl import app, flags
 import ml_collections
 
 from bert_jax import cli
+from bert_jax import guards
 from bert_jax.checkpoint import manager as checkpoint
 from bert_jax.runtime import paths
 
@@ -39,6 +45,8 @@ def _define_flags() -> None:
   flags.DEFINE_string("workdir", None, "A training workdir (checkpoints/<step>/...).")
   flags.DEFINE_string("output", None, "The transformers directory to write.")
   flags.DEFINE_string("checkpoint", "best", "best (by the run's best_metric) | latest | a step.")
+  flags.DEFINE_bool("overwrite", False, "Replace the model an --output directory already "
+                    "holds (refused without it).")
 
 # config.task -> what it becomes in transformers (hf_layout.MODELS, or "gpt2").
 KINDS = {"bert_pretraining": "pretraining", "classification": "sequence_classification",
@@ -87,20 +95,48 @@ def check_exportable(config, model: bool = False) -> None:
       raise ExportError(str(e)) from None
 
 
-def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:
+# What an export writes; a directory holding only these (no config.json) is an export a
+# failure or a kill cut short, which --overwrite may finish.
+EXPORT_FILES = ("config.json", "model.safetensors", "vocab.txt", "tokenizer.json",
+                "tokenizer_config.json")
+
+
+def check_output(workdir: str, output: str, overwrite: bool = False) -> None:
+  """ExportError (one line) for an --output the export must not write: a file, the
+  workdir or a directory holding it, a directory holding a model (config.json) unless
+  `overwrite`, or one holding other files. Nothing is written before this passes."""
+  out = paths.resolve(output)  # local or gs://: the interop writers go through epath
+  if guards.covers(output, workdir):
+    raise ExportError(f"--output {output} is or holds the workdir {workdir}: give another "
+                      f"directory (e.g. {os.path.join(workdir, 'hf')}).")
+  if out.exists() and not out.is_dir():
+    raise ExportError(f"--output {output} is a file: give a directory (new, empty, or an "
+                      "earlier export with --overwrite).")
+  names = {p.name for p in out.iterdir()} if out.is_dir() else set()
+  if "config.json" in names and not overwrite:
+    raise ExportError(f"--output {output} already holds a model (config.json): pass "
+                      "--overwrite to replace it, or choose a new directory.")
+  others = sorted(names - set(EXPORT_FILES))
+  if names and others:
+    raise ExportError(f"--output {output} holds files an export does not write "
+                      f"({', '.join(others[:3])}): choose a new or empty directory.")
+  if names and not overwrite:
+    raise ExportError(f"--output {output} holds an unfinished export (no config.json): "
+                      "pass --overwrite to replace it.")
+
+
+def export(workdir: str, output: str, which: str = "best",
+           overwrite: bool = False) -> tuple[str, str]:
   """Writes the transformers directory `output` of a workdir's checkpoint.
 
+  A local `output` is written in a staging directory beside it and its files moved in at
+  the end, config.json last (removed first when an export is replaced): a failure leaves
+  the old model whole, or a directory without config.json, never a mix that loads.
   Returns (its architecture, e.g. "BertForSequenceClassification"; the step directory).
   """
   if not paths.resolve(workdir).exists():
     raise ExportError(f"workdir {workdir} does not exist.")
-  out = paths.resolve(output)  # local or gs://: the interop writers go through epath
-  if out.exists() and not out.is_dir():
-    raise ExportError(f"--output {output} is a file: give a directory (new, empty, or an "
-                      "earlier export).")
-  if out.is_dir() and any(out.iterdir()) and not (out / "config.json").exists():
-    raise ExportError(f"--output {output} is a non-empty directory that holds no earlier "
-                      "export (no config.json): choose a new or empty directory.")
+  check_output(workdir, output, overwrite)
   directory, steps = checkpoint.checkpoint_steps(workdir)
   if not steps:
     raise ExportError(f"no checkpoint in {directory}: train first (python -m bert_jax.main "
@@ -115,12 +151,41 @@ def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:
     raise ExportError(str(e)) from None
   step_dir = str(directory / str(step))
   model_config, params, tokenizer_dir = checkpoint.load_params_for_inference(step_dir)
+  with _staged(output) as target:
+    architecture = _write(config, step_dir, target, model_config, params, tokenizer_dir)
+  return architecture, step_dir
+
+
+@contextlib.contextmanager
+def _staged(output: str):
+  """The directory to write the export into; its files land in `output` at the end."""
+  if paths.is_remote(output):  # each upload is whole; config.json goes last
+    out = paths.resolve(output)
+    (out / "config.json").unlink(missing_ok=True)
+    yield output
+    return
+  out = os.path.abspath(output)
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  staging = tempfile.mkdtemp(dir=os.path.dirname(out), prefix=f".{os.path.basename(out)}.")
+  try:
+    yield staging
+    os.makedirs(out, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(os.path.join(out, "config.json"))  # from here on, no loadable mix
+    for name in sorted(os.listdir(staging), key=lambda n: n == "config.json"):
+      os.replace(os.path.join(staging, name), os.path.join(out, name))
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _write(config, step_dir: str, output: str, model_config, params, tokenizer_dir) -> str:
+  """Writes the checkpoint's transformers files into `output`; returns the architecture."""
   kind = KINDS[config.task]
   if kind == "gpt2":
     from bert_jax.interop import gpt2  # pylint: disable=g-import-not-at-top
     tokenizer = gpt2.load_gpt2_tokenizer(_tokenizer_path(config, tokenizer_dir, step_dir))
     gpt2.save_gpt2(output, model_config, params, tokenizer)
-    return "GPT2LMHeadModel", step_dir
+    return "GPT2LMHeadModel"
   from bert_jax.interop import hf_save  # pylint: disable=g-import-not-at-top
   labels, regression = None, False
   if kind == "pretraining":
@@ -135,7 +200,7 @@ def export(workdir: str, output: str, which: str = "best") -> tuple[str, str]:
     regression = bool(getattr(task, "regression", False))
   written = hf_save.save_hf_bert(output, model_config, params, tokenizer, model=kind,
                                  labels=labels, regression=regression)
-  return written["architectures"][0], step_dir
+  return written["architectures"][0]
 
 
 def check_export_hf(config) -> None:
@@ -156,7 +221,7 @@ def export_hf(workdir: str) -> None:
     return
   output = os.path.join(workdir, "hf")
   try:
-    architecture, step_dir = export(workdir, output, "best")
+    architecture, step_dir = export(workdir, output, "best", overwrite=True)  # its own
   except (ValueError, FileNotFoundError) as e:  # the checkpoints stay: export them later
     raise ValueError(f"config.export_hf: the run finished but its export failed: {e}") from None
   log(f"export_hf: {step_dir} -> {output} ({architecture}; transformers' from_pretrained "
@@ -191,7 +256,8 @@ def main(argv):
       print(f"export: --{name} is required.", file=sys.stderr)
       sys.exit(2)
   try:
-    architecture, step_dir = export(FLAGS.workdir, FLAGS.output, FLAGS.checkpoint)
+    architecture, step_dir = export(FLAGS.workdir, FLAGS.output, FLAGS.checkpoint,
+                                    FLAGS.overwrite)
   except (ExportError, FileNotFoundError, ValueError, checkpoint.CheckpointMismatchError) as e:
     print(f"export: error: {e}", file=sys.stderr)
     sys.exit(2)

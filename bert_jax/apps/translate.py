@@ -23,6 +23,7 @@ import numpy as np
 
 from bert_jax import cli
 from bert_jax.runtime import compile_cache
+from bert_jax.runtime import paths
 
 FLAGS = flags.FLAGS
 
@@ -113,11 +114,7 @@ def _write(path: str, texts: list[str]) -> None:
     sys.stdout.write(body)
     sys.stdout.flush()
     return
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w", encoding="utf-8") as f:
-    f.write(body)
-  os.replace(tmp, path)
+  paths.write_atomically(path, body)  # local or gs://; the old file stays on an error
 
 
 def main(argv):

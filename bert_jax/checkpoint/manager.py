@@ -34,6 +34,8 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as ocm
 
 from bert_jax.checkpoint import data_state as data_checkpoint
+from bert_jax.checkpoint import restore_errors
+from bert_jax.checkpoint.restore_errors import CheckpointFormatError, CheckpointReadError
 from bert_jax.runtime import multihost
 from bert_jax.runtime import paths
 # Reading without a run lives in checkpoint_read; its public names are re-exported here,
@@ -53,6 +55,13 @@ class CheckpointMismatchError(ValueError):
 # cannot continue: every process raises it), not a damaged file (every process then falls
 # back): "stop: <error class>: <message>".
 _STOP = "stop: "
+
+
+# The errors that stop every process alike, by the name a verdict carries.
+_STOPS = {"CheckpointMismatchError": CheckpointMismatchError,
+          "DataLayoutError": data_checkpoint.DataLayoutError,
+          "CheckpointReadError": CheckpointReadError,
+          "CheckpointFormatError": CheckpointFormatError}
 
 
 class CheckpointSaveError(OSError):
@@ -93,6 +102,7 @@ class Checkpointer:
     """row_shards: the loop's parallel.RowShards (the data iterator is saved per row
     shard); None: one shard per process."""
     check_keep(keep)  # before the manager exists: orbax's LatestN(0) deletes every step
+    self._keep = keep
     self._data_layout = data_checkpoint.Layout.of(row_shards)
     self.directory = paths.resolve(directory)  # gs://bucket/run stays remote
     _single_process_array_saves()
@@ -116,7 +126,7 @@ class Checkpointer:
   def save(self, step: int, state: Any, meta: dict, data_iterator=None,
            metrics: Optional[dict] = None) -> None:
     items = {"state": ocp.args.StandardSave(state),
-             "meta": ocp.args.JsonSave(dict(meta, step=int(step)))}
+             "meta": ocp.args.JsonSave(restore_errors.stamp(dict(meta, step=int(step))))}
     if data_iterator is not None:
       items["data"] = data_checkpoint.Save(data_iterator, self._data_layout)
     metrics = {k: float(v) for k, v in (metrics or {}).items()} or None
@@ -194,9 +204,7 @@ class Checkpointer:
       for i, v in failed:
         if v.startswith(_STOP):  # another host cannot go on from here: all stop alike
           kind, message = v[len(_STOP):].split(": ", 1)
-          error = (data_checkpoint.DataLayoutError if kind == "DataLayoutError" else
-                   CheckpointMismatchError)
-          raise error(f"on process {i}: {message}")
+          raise _STOPS.get(kind, CheckpointMismatchError)(f"on process {i}: {message}")
       if failed:
         where = "" if len(verdicts) == 1 else f" on process {', '.join(str(i) for i, _ in failed)}"
         log.warning("checkpoint step %d in %s could not be restored%s (%s)%s.", s,
@@ -216,17 +224,20 @@ class Checkpointer:
   def _try_restore(self, step: int, abstract_state: Any, data_iterator):
     """(restored or None, "" or why it failed here, the error that stops every process
     (CheckpointMismatchError, DataLayoutError) or None)."""
+    where = f"{self.directory}/{step}"
+    retry = functools.partial(restore_errors.retry, where=where)
     try:
-      check_compatible(self.state_metadata(step), abstract_state, f"{self.directory}/{step}")
+      restore_errors.check_format(retry(lambda: read_meta(where)), where)
+      check_compatible(retry(lambda: self.state_metadata(step)), abstract_state, where)
       items = {"state": ocp.args.StandardRestore(abstract_state),
                "meta": ocp.args.JsonRestore()}
-      has_data = (self.directory / str(step) / "data").is_dir()
+      has_data = retry(lambda: (self.directory / str(step) / "data").is_dir())
       if data_iterator is not None and has_data:
         items["data"] = data_checkpoint.Restore(data_iterator, self._data_layout)
       elif data_iterator is not None:
         log.warning("checkpoint %d has no data iterator state; the data stream restarts.", step)
-      return self._read(step, ocp.args.Composite(**items)), "", None
-    except (CheckpointMismatchError, data_checkpoint.DataLayoutError) as e:
+      return retry(lambda: self._read(step, ocp.args.Composite(**items))), "", None
+    except tuple(_STOPS.values()) as e:
       return None, f"{_STOP}{type(e).__name__}: {e}", e
     except Exception as e:  # noqa: BLE001 - any read failure means "try an older one"
       return None, f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}", None
@@ -252,9 +263,20 @@ class Checkpointer:
     dst = self.directory / f"{step}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
     if jax.process_index() == 0 and src.exists():
       src.rename(dst)
+      self._prune_moved_aside()
     dst = multihost.allgather("checkpoint-moved-aside", str(dst))[0]  # after the rename
     self.manager.reload()
     return dst
+
+  def _prune_moved_aside(self) -> None:
+    """Keeps the newest keep_checkpoints moved-aside steps (kept for a post-mortem), so a
+    run that meets damaged steps again and again does not fill its disk with them."""
+    aside = sorted((p for p in self.directory.iterdir() if ".corrupt-" in p.name),
+                   key=lambda p: (p.name.split(".corrupt-", 1)[1], p.name))
+    for old in aside[:-self._keep]:
+      log.warning("removed the moved-aside checkpoint %s (more than keep_checkpoints=%d).",
+                  old, self._keep)
+      old.rmtree()
 
   def state_metadata(self, step: int):
     """The saved state's tree of array metadata (shapes, dtypes)."""

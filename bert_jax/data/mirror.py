@@ -77,6 +77,14 @@ def mismatch(local: str, info: dict) -> Optional[str]:
   return None
 
 
+def inside(root: str, rel: str) -> bool:
+  """Whether `rel` (an object name relative to a level) stays inside `root`."""
+  if os.path.isabs(rel) or not rel:
+    return False
+  target = os.path.normpath(os.path.join(root, rel))
+  return target.startswith(os.path.normpath(root) + os.sep)
+
+
 def local_copy_dir(url: str, cache_dir: str) -> str:
   """<cache_dir>/<scheme>/<bucket>/<path> for an object-store url."""
   scheme, rest = str(url).split("://", 1)
@@ -181,6 +189,11 @@ class Mirror:
     shutil.rmtree(local, ignore_errors=True)  # an earlier copy cut short
     objects = self._listing(name)
     files = sorted(rel for rel in objects if rel != marker)
+    for rel in files:  # an object named a/../../x would be written outside the copy
+      if not inside(local, rel):
+        raise CorruptDataError(
+            f"{self.remote}/{name} holds the object {rel!r}, which leaves the level's "
+            "directory: refusing to copy it (rebuild the level, or remove that object).")
     need = sum(int(objects[rel]["size"]) for rel in files)
     os.makedirs(local, exist_ok=True)
     free = shutil.disk_usage(local).free

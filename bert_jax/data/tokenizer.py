@@ -115,17 +115,25 @@ def save_vocab(tokenizer: Tokenizer, path: str) -> None:
 
 
 def read_vocab(path: str) -> dict[str, int]:
-  """vocab.txt (local or gs://, read through epath) -> {token: line number}."""
+  """vocab.txt (local or gs://, read through epath) -> {token: line number}; a token on
+  two lines is a ValueError naming both."""
   data = paths.resolve(path).read_bytes()
   try:
     # Text mode as open() has it (universal newlines); only the newline is stripped: a
     # vocab may hold whitespace-like tokens.
     with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as f:
-      return {line.rstrip("\n"): i for i, line in enumerate(f)}
+      tokens = [line.rstrip("\n") for line in f]
   except UnicodeDecodeError as e:  # no skipping: a dropped line would shift every id after it
     line = data[:e.start].count(b"\n") + 1
     raise ValueError(f"{path}:{line}: not UTF-8 ({e.reason}); a vocab.txt is UTF-8 text, "
                      "one token a line.") from e
+  vocab = {}
+  for i, token in enumerate(tokens):
+    if token in vocab:  # one of the two ids would never be produced, silently
+      raise ValueError(f"{path}:{i + 1}: token {token!r} again (first on line "
+                       f"{vocab[token] + 1}); a vocab.txt holds each token once.")
+    vocab[token] = i
+  return vocab
 
 
 def _read_json(path):
@@ -212,3 +220,21 @@ def continuation_mask(tokenizer: Tokenizer) -> np.ndarray:
   for token, i in tokenizer.get_vocab(with_added_tokens=True).items():
     out[i] = token.startswith("##")
   return out
+
+
+def keep_or_write(tokenizer: Tokenizer, path: str, source: str) -> None:
+  """A run's tokenizer.json, written atomically into a new workdir. A workdir that has
+  one keeps it when it is the same tokenizer, and a rerun with another one (`source`:
+  where this run's came from) is refused with a ValueError before anything is written:
+  that workdir's checkpoints were trained with its own."""
+  target = paths.resolve(path)
+  if not target.exists():
+    paths.write_atomically(path, tokenizer.to_str())
+    return
+  saved = Tokenizer.from_str(target.read_text())
+  mine, theirs = json.loads(tokenizer.to_str()), json.loads(saved.to_str())
+  if any(mine.get(k) != theirs.get(k) for k in ("model", "normalizer", "pre_tokenizer")):
+    raise ValueError(
+        f"{path} ({saved.get_vocab_size()} tokens) is another tokenizer than this run's "
+        f"(from {source}, {tokenizer.get_vocab_size()} tokens): that workdir was trained "
+        "with its own; use a new --workdir, or the init_from it was trained from.")

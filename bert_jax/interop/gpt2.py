@@ -217,7 +217,6 @@ def save_gpt2(path: str, config: TransformerConfig, params: Any, tokenizer=None)
   hf_config, tensors = gpt2_config_dict(config, eot), params_to_gpt2(config, params)
   directory = paths.resolve(path)  # local or gs://
   directory.mkdir(parents=True, exist_ok=True)  # after every check: nothing half-written
-  paths.write_atomically(directory / "config.json", json.dumps(hf_config, indent=2))
   paths.write_atomically(directory / "model.safetensors",
                          safetensors.numpy.save(tensors, metadata={"format": "pt"}))
   if tokenizer is not None:
@@ -228,6 +227,8 @@ def save_gpt2(path: str, config: TransformerConfig, params: Any, tokenizer=None)
       tok_config.update(bos_token=EOT, eos_token=EOT, unk_token=EOT)
     paths.write_atomically(directory / "tokenizer_config.json",
                            json.dumps(tok_config, indent=2))
+  # Last: a directory with a config.json holds a whole model (export's check relies on it).
+  paths.write_atomically(directory / "config.json", json.dumps(hf_config, indent=2))
 
 
 def load_gpt2_tokenizer(path: str):

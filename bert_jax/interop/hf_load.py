@@ -1,4 +1,4 @@
-"""Loading Hugging Face BERT checkpoints into our param trees, with safetensors and numpy only.
+"""Loading Hugging Face BERT checkpoints into our param trees, with numpy (and ml_dtypes for bfloat16) only.
 
 An HF BERT directory holds config.json + model.safetensors (+ vocab.txt / tokenizer.json).
 Accepted layouts: saved from BertForPreTraining (`bert.` prefix + `cls.` heads) or BertModel
@@ -15,7 +15,7 @@ import json
 
 from absl import logging
 import numpy as np
-import safetensors.numpy
+import ml_dtypes
 
 from bert_jax.runtime import paths
 from bert_jax.interop import hf_layout as layout
@@ -29,6 +29,49 @@ _MLM_BIAS = layout.MLM_BIAS
 MODELS = ("pretraining", "encoder")
 
 
+# safetensors dtype codes; BF16 through ml_dtypes, which safetensors.numpy cannot make.
+_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
+           "BF16": ml_dtypes.bfloat16, "I64": np.int64, "I32": np.int32, "I16": np.int16,
+           "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def load_safetensors(data: bytes, where: str) -> dict[str, np.ndarray]:
+  """The tensors of one safetensors file's bytes (float32, float16 and bfloat16 among
+  them: the model casts them to its params dtype). A truncated or garbled file is one
+  ValueError naming it, never a KeyError or SafetensorError traceback."""
+  def bad(why: str) -> ValueError:
+    return ValueError(f"{where} is not a readable safetensors file ({why}): the file is "
+                      "truncated or damaged; copy or download it again.")
+  if len(data) < 8:
+    raise bad(f"{len(data)} bytes")
+  size = int.from_bytes(data[:8], "little")
+  if size > len(data) - 8:
+    raise bad(f"a header of {size} bytes in a file of {len(data)}")
+  try:
+    header = json.loads(data[8:8 + size].decode("utf-8"))
+  except (UnicodeDecodeError, ValueError) as e:
+    raise bad(f"its header is not JSON: {e}") from None
+  if not isinstance(header, dict):
+    raise bad("its header is not a JSON object")
+  body, tensors, end = memoryview(data)[8 + size:], {}, 0
+  for name, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
+                           key=lambda kv: tuple(kv[1].get("data_offsets", (0, 0)))
+                           if isinstance(kv[1], dict) else (0, 0)):
+    try:
+      dtype, shape, (begin, stop) = _DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
+    except (KeyError, TypeError, ValueError):
+      raise bad(f"tensor {name!r}: dtype {info.get('dtype') if isinstance(info, dict) else info!r}"
+                f" or its shape / offsets unknown") from None
+    count = int(np.prod(shape, dtype=np.int64))
+    if begin != end or stop - begin != count * np.dtype(dtype).itemsize or stop > len(body):
+      raise bad(f"tensor {name!r} at bytes {begin}-{stop} of {len(body)}")
+    tensors[name] = np.frombuffer(body[begin:stop], dtype=dtype).reshape(shape).copy()
+    end = stop
+  if end != len(body):
+    raise bad(f"{len(body) - end} bytes after the last tensor")
+  return tensors
+
+
 def read_safetensors(path: str) -> dict[str, np.ndarray]:
   """All tensors of an HF directory (single file or sharded) as numpy arrays.
 
@@ -38,12 +81,19 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
   index = directory / "model.safetensors.index.json"
   single = directory / "model.safetensors"
   if single.exists():
-    return safetensors.numpy.load(single.read_bytes())
+    return load_safetensors(single.read_bytes(), str(single))
   if index.exists():
-    shards = sorted(set(json.loads(index.read_bytes().decode("utf-8"))["weight_map"].values()))
+    try:
+      weight_map = json.loads(index.read_bytes().decode("utf-8"))["weight_map"]
+      shards = sorted(set(weight_map.values()))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+      raise ValueError(f"{index} is not a safetensors index (a JSON with a weight_map): "
+                       f"{type(e).__name__}: {str(e)[:200]}") from None
     tensors = {}
     for shard in shards:
-      tensors.update(safetensors.numpy.load((directory / shard).read_bytes()))
+      if not (directory / shard).exists():
+        raise FileNotFoundError(f"{directory / shard}, named by {index.name}, is missing.")
+      tensors.update(load_safetensors((directory / shard).read_bytes(), str(directory / shard)))
     return tensors
   for name in ("pytorch_model.bin", "tf_model.h5", "flax_model.msgpack"):
     if (directory / name).exists():

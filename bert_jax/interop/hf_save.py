@@ -89,12 +89,13 @@ def save_hf_bert(path: str, config: TransformerConfig, params: Any,
                                    model == "sequence_classification"))
   directory = paths.resolve(path)  # local or gs://
   directory.mkdir(parents=True, exist_ok=True)
-  paths.write_atomically(directory / "config.json",
-                         json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
   paths.write_atomically(directory / "model.safetensors",
                          safetensors.numpy.save(tensors, metadata={"format": "pt"}))
   if tokenizer_or_vocab is not None:
     _save_tokenizer(path, tokenizer_or_vocab, config.max_len)
+  # Last: a directory with a config.json holds a whole model (export's check relies on it).
+  paths.write_atomically(directory / "config.json",
+                         json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
   return hf_config
 
 

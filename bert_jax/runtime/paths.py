@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib.util
+import io
 import os
 import shutil
-from typing import BinaryIO, Iterator
+import tempfile
+from typing import BinaryIO, Iterator, TextIO
 
 from etils import epath
 
@@ -72,25 +74,46 @@ def write_atomically(path, data) -> None:
 @contextlib.contextmanager
 def open_atomically(path) -> Iterator[BinaryIO]:
   """A binary file that replaces `path` whole when the block ends without an error, for
-  output written in pieces (word vectors, exported weights): locally through
-  `<path>.tmp`, renamed over the path (an error or a kill mid-way leaves the old file, and
-  no half-written tmp after an error); on an object store through one upload, which
-  replaces the object whole when it closes (epath's fsspec rename refuses to overwrite).
-  So a rerun that writes a finished run's outputs again never leaves them truncated."""
+  output written in pieces (word vectors, exported weights). Locally through a temporary
+  file of a unique name in the same directory, renamed over the path: an error or a kill
+  mid-way leaves the old file, two writers never share a temporary, and an error leaves
+  no temporary behind. On an object store the bytes are spooled to a local temporary
+  file and uploaded in one piece only once the block succeeded (an upload replaces the
+  object whole; epath's fsspec rename refuses to overwrite), so a writer that raises
+  uploads nothing. A rerun that writes a finished run's outputs again never leaves them
+  truncated."""
   target = resolve(path)
   if is_remote(path):
-    with target.open("wb") as f:
-      yield f
+    with tempfile.TemporaryFile() as spool:
+      yield spool
+      spool.seek(0)
+      with target.open("wb") as f:
+        shutil.copyfileobj(spool, f, 1 << 22)
     return
   target.parent.mkdir(parents=True, exist_ok=True)
-  tmp = target.parent / (target.name + ".tmp")
+  fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
   try:
-    with tmp.open("wb") as f:
+    with os.fdopen(fd, "wb") as f:
       yield f
+    # mkstemp makes the file 0600: give it what a plain open() would (umask applied).
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
     os.replace(tmp, target)
   except BaseException:
-    tmp.unlink(missing_ok=True)  # a full disk: the old file stays, no half-written tmp
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(tmp)  # a full disk: the old file stays, no half-written tmp
     raise
+
+
+@contextlib.contextmanager
+def open_text_atomically(path, encoding: str = "utf-8") -> Iterator[TextIO]:
+  """open_atomically for text: a str stream, `path` replaced whole only on success."""
+  with open_atomically(path) as raw:
+    text = io.TextIOWrapper(raw, encoding=encoding, newline="")
+    yield text
+    text.flush()
+    text.detach()  # the raw file is open_atomically's to close
 
 
 def out_of_space(e: BaseException) -> bool:

@@ -229,8 +229,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   steps.check_precision(getattr(task, "model_config", None))
   host_batch = tc.batch_size // nshards  # rows this process loads
   wandb_run.check_available(config)
-  writer = MetricWriter(workdir, wandb_run=wandb_run.start(config, workdir))
+  # The task first: it refuses a workdir holding another run's tokenizer before this run
+  # writes a metric line or its W&B config.
   task.prepare(workdir)
+  writer = MetricWriter(workdir, wandb_run=wandb_run.start(config, workdir))
   total_steps, eval_every, checkpoint_every = _step_counts(tc, task)
   tx, schedule = optim.make_optimizer(tc, total_steps)
   plan = _phase_plan(config, total_steps)

@@ -77,6 +77,4 @@ def start(config, workdir: str, process_index: int | None = None) -> WandbRun | 
 
 
 def _write_atomic(path: epath.Path, text: str) -> None:
-  tmp = path.parent / (path.name + ".tmp")
-  tmp.write_text(text)
-  tmp.rename(path)
+  paths.write_atomically(str(path), text)

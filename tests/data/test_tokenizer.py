@@ -80,3 +80,27 @@ def test_missing_files_raise(tmp_path):
     tokenizer_lib.load_tokenizer(str(tmp_path / "nope.txt"))
   with pytest.raises(FileNotFoundError, match="No tokenizer.json or vocab.txt"):
     tokenizer_lib.load_tokenizer(str(tmp_path))
+
+
+def test_a_token_on_two_lines_of_a_vocab_is_one_error_naming_both(tmp_path):
+  path = tmp_path / "vocab.txt"
+  path.write_text("[PAD]\n[UNK]\nhello\nworld\nhello\n", encoding="utf-8")
+  with pytest.raises(ValueError, match=r"vocab\.txt:5: token 'hello' again \(first on line "
+                                       r"3\); a vocab\.txt holds each token once\."):
+    tokenizer_lib.read_vocab(str(path))
+
+
+def test_a_workdir_keeps_its_tokenizer_and_refuses_another(tmp_path):
+  """A fine-tuning rerun: the same tokenizer leaves the file as it was, another one is
+  refused naming both, and the file keeps its bytes."""
+  minilm = tokenizer_lib.load_tokenizer(MINILM)
+  path = str(tmp_path / "tokenizer" / "tokenizer.json")
+  tokenizer_lib.keep_or_write(minilm, path, "minilm")
+  first = open(path, "rb").read()
+  tokenizer_lib.keep_or_write(tokenizer_lib.load_tokenizer(MINILM), path, "minilm")
+  other = tokenizer_lib.train_wordpiece(["hello world", "hello there"] * 20, vocab_size=60)
+  with pytest.raises(ValueError, match=r"tokenizer\.json \(30522 tokens\) is another "
+                                       r"tokenizer than this run's \(from mine, \d+ tokens\)"):
+    tokenizer_lib.keep_or_write(other, path, "mine")
+  assert open(path, "rb").read() == first and os.listdir(os.path.dirname(path)) == [
+      "tokenizer.json"]

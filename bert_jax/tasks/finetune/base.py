@@ -34,6 +34,7 @@ import numpy as np
 
 from bert_jax.runtime import paths
 from bert_jax.data import sampling
+from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.layers.param_layout import unrolled_to_scan
 from bert_jax.tasks.finetune import packing
 from bert_jax.train import losses
@@ -215,8 +216,9 @@ class FinetuneTask:
     # self-contained (predict mode, embed and HF export read it from there).
     self.tokenizer_dir = str(paths.resolve(workdir) / "tokenizer")  # local or gs://
     if jax.process_index() == 0:
-      paths.resolve(self.tokenizer_dir).mkdir(parents=True, exist_ok=True)
-      (paths.resolve(self.tokenizer_dir) / "tokenizer.json").write_text(self.tokenizer.to_str())
+      tokenizer_lib.keep_or_write(
+          self.tokenizer, str(paths.resolve(self.tokenizer_dir) / "tokenizer.json"),
+          self.config.get("init_from") or self.config.get("tokenizer") or "the config")
     self.train_examples, self.train_features = self.load_split("train", True)
     self.eval_examples, self.eval_features = self.load_split("eval", False)
     if not len(self.train_features["input_ids"]):

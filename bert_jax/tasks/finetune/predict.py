@@ -15,7 +15,6 @@ v2.0, null_odds.json (question id -> null score - best span score).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import os
@@ -104,11 +103,6 @@ def predict(config: ml_collections.ConfigDict, workdir: str, task, step_dir: str
   return out_path
 
 
-@contextlib.contextmanager
-def _atomic(path: str):
-  """A text file written to path.tmp, moved onto path only when complete (local or
-  gs://), so a failed run leaves an existing file as it was."""
-  tmp = paths.resolve(path + ".tmp")
-  with tmp.open("w") as f:
-    yield f
-  tmp.replace(path)
+# A text file replacing path only when complete (local or gs://): a failed run leaves an
+# existing file as it was.
+_atomic = paths.open_text_atomically

@@ -129,8 +129,7 @@ def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str,
       # beside the streams (a local file, as the loader reads it).
       out = os.path.join(data_dir, "bpe-" + levels.content_hash([corpus_hash, path]),
                          "tokenizer.json")
-      os.makedirs(os.path.dirname(out), exist_ok=True)
-      gpt2.load_gpt2_tokenizer(path).save(out)
+      paths.write_atomically(out, gpt2.load_gpt2_tokenizer(path).to_str())
       return out
     return os.path.join(path, "tokenizer.json") if where.is_dir() else path
   path = os.path.join(data_dir, "bpe-" + levels.content_hash([corpus_hash, cfg.vocab_size]),
@@ -146,9 +145,7 @@ def _tokenizer(cfg, data_dir: str, corpus_hash: str, documents_dir: str,
         paths.write_atomically(path, content)
     elif not os.path.exists(path):
       tok = train_bpe(_texts(_documents_source(documents_dir, "train")), cfg.vocab_size)
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      tok.save(path + ".tmp")
-      os.replace(path + ".tmp", path)
+      paths.write_atomically(path, tok.to_str())
   return path
 
 
@@ -190,9 +187,8 @@ def _write_streams(tok, documents_dir: str, root: str, tokenizer_path: str, eot_
     np.save(os.path.join(root, split, "starts.npy"), starts)
     stats[split] = {"documents": len(starts), "tokens": len(tokens), "bytes": nbytes}
   np.save(os.path.join(root, "token_bytes.npy"), token_byte_lengths(tok))
-  with open(done + ".tmp", "w") as f:
-    json.dump({"tokenizer": tokenizer_path, "stats": stats}, f, indent=1)
-  os.replace(done + ".tmp", done)
+  paths.write_atomically(done, json.dumps({"tokenizer": tokenizer_path, "stats": stats},
+                                           indent=1))
 
 
 def prepare(cfg, verbose: bool = True, beam=None, shared: str = "") -> LmData:

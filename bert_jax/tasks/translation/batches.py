@@ -21,7 +21,6 @@ and the map makes their pairs. Files and tfds splits are encoded once, in memory
 """
 from __future__ import annotations
 
-import os
 import sys
 import grain
 import numpy as np
@@ -29,6 +28,7 @@ import tokenizers
 
 from bert_jax.data import buckets
 from bert_jax.data import sampling
+from bert_jax.runtime import paths as paths_lib
 from bert_jax.tasks.skiplog import SkipLog
 from bert_jax.tasks.translation import data
 
@@ -188,9 +188,9 @@ def read_split(d, split: str):
 
 def load_or_train_tokenizer(d, tokenizer_dir: str, train_pairs, write: bool):
   """The workdir's vocabulary (resume, translate) or one learned from the train pairs."""
-  path = os.path.join(tokenizer_dir, "tokenizer.json")
-  if os.path.exists(path):
-    tok = tokenizers.Tokenizer.from_file(path)
+  path = str(paths_lib.resolve(tokenizer_dir) / "tokenizer.json")  # local or gs://
+  if paths_lib.resolve(path).exists():
+    tok = tokenizers.Tokenizer.from_str(paths_lib.resolve(path).read_text())
     try:
       data.check_specials(tok)
     except ValueError as e:  # e.g. a GPT or BERT vocabulary: this is another task's workdir
@@ -201,9 +201,7 @@ def load_or_train_tokenizer(d, tokenizer_dir: str, train_pairs, write: bool):
   texts = (t for p in train_pairs() for t in (p.source, p.target))
   tok = data.train_tokenizer(texts, int(d.vocab_size))
   if write:
-    os.makedirs(tokenizer_dir, exist_ok=True)
-    tok.save(path + ".tmp")
-    os.replace(path + ".tmp", path)
+    paths_lib.write_atomically(path, tok.to_str())
   return tok
 
 
@@ -213,12 +211,11 @@ def numbers_tokenizer_pairs(seed: int = 0, limit: int = TOKENIZER_SAMPLE):
 
 def write_test_files(pairs, directory: str, src_name: str, tgt_name: str) -> tuple[str, str]:
   """The test split as two aligned files (for `bert_jax.translate` and the sacrebleu CLI)."""
-  os.makedirs(directory, exist_ok=True)
-  paths = (os.path.join(directory, src_name), os.path.join(directory, tgt_name))
+  paths = (str(paths_lib.resolve(directory) / src_name),
+           str(paths_lib.resolve(directory) / tgt_name))  # local or gs://
   for path, texts in zip(paths, ([p.source for p in pairs], [p.target for p in pairs])):
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
+    with paths_lib.open_text_atomically(path) as f:
       f.writelines(t + "\n" for t in texts)
-    os.replace(path + ".tmp", path)
   return paths
 
 

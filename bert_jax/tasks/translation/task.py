@@ -18,7 +18,6 @@ max_source/target_length as before.
 from __future__ import annotations
 
 import math
-import os
 from typing import Optional
 
 import jax
@@ -29,6 +28,7 @@ import numpy as np
 from bert_jax.data import buckets
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models import seq2seq
+from bert_jax.runtime import paths as paths_lib
 from bert_jax.tasks.translation import batches as batch_lib
 from bert_jax.tasks.translation import data
 from bert_jax.tasks.translation import metrics as metrics_lib
@@ -116,14 +116,14 @@ class TranslationTask:
 
   def prepare(self, workdir: str) -> None:
     d, lead = self.config.data, jax.process_index() == 0
-    tok = self.load_tokenizer(os.path.join(os.path.abspath(workdir), "tokenizer"), lead)
+    tok = self.load_tokenizer(str(paths_lib.resolve(workdir) / "tokenizer"), lead)  # or gs://
     if d.source == "numbers":
       self.train_source = batch_lib.NumberRows(data.split_numbers("train"), tok,
                                                self.max_source, self.max_target)
       eval_pairs, eval_log = data.numbers_pairs("validation", int(d.max_eval_examples))
       test_pairs, _ = data.numbers_pairs("test", int(d.num_test_examples))
       if lead:
-        paths = batch_lib.write_test_files(test_pairs, os.path.join(workdir, "data"),
+        paths = batch_lib.write_test_files(test_pairs, str(paths_lib.resolve(workdir) / "data"),
                                            "test.de", "test.en")
         log(f"translation: numbers test split ({len(test_pairs)} pairs, never trained on) "
             f"in {paths[0]} / {paths[1]}")

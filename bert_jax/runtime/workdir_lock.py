@@ -1,0 +1,148 @@
+"""One run per workdir: a lock file taken before the run writes anything, released at its end.
+
+Two runs on one workdir interleave their checkpoints, metric lines and orbax's temporary
+directories (the second one's clean-up can delete the first one's save in progress).
+`hold(workdir)` creates `<workdir>/.bert_jax.lock` holding the pid, host and start time
+of the run; creating it is atomic (O_EXCL on local disk, a create-if-absent upload,
+`ifGenerationMatch=0`, on gs://), so of two runs started together exactly one gets it.
+
+The other gets a one-line ValueError naming the run that holds the workdir. A lock whose
+process is gone (the same host, that pid not running: a SIGKILL, a crash, a lost node's
+rerun on the same machine) is stale: it is taken over with a warning. A lock from
+another host cannot be checked from here; the message says how to remove it. On a pod
+only process 0 takes the lock; the others write what process 0 tells them to.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+from typing import Callable, Iterator, Optional
+
+from bert_jax.runtime import paths
+
+LOCK_NAME = ".bert_jax.lock"
+
+
+def _describe(owner: dict) -> str:
+  return (f"pid {owner.get('pid')} on {owner.get('host')}, started "
+          f"{owner.get('started')}")
+
+
+def _alive(pid) -> bool:
+  """Whether `pid` runs on this host (a process of another user counts as running)."""
+  try:
+    os.kill(int(pid), 0)
+  except ProcessLookupError:
+    return False
+  except (PermissionError, ValueError, TypeError, OverflowError):
+    return isinstance(pid, int)
+  return True
+
+
+def _create(path: str, data: bytes) -> bool:
+  """Writes `data` to `path` only if nothing is there; False if something is."""
+  if paths.is_remote(path):
+    import fsspec  # pylint: disable=g-import-not-at-top
+    scheme, rest = path.split("://", 1)
+    try:
+      fsspec.filesystem(scheme).pipe_file(rest, data, mode="create")
+    except FileExistsError:
+      return False
+    except OSError as e:  # gcsfs: HTTP 412, the precondition ifGenerationMatch=0 failed
+      if "412" in str(e) or "precondition" in str(e).lower():
+        return False
+      raise
+    return True
+  try:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+  except FileExistsError:
+    return False
+  with os.fdopen(fd, "wb") as f:
+    f.write(data)
+  return True
+
+
+def _read(path: str) -> Optional[dict]:
+  """The lock's owner, {} for an unreadable lock (a kill mid-write), None if it is gone."""
+  try:
+    text = paths.resolve(path).read_text()
+  except FileNotFoundError:
+    return None
+  try:
+    owner = json.loads(text)
+  except ValueError:
+    return {}
+  return owner if isinstance(owner, dict) else {}
+
+
+def _stderr(message: str) -> None:
+  print(message, file=sys.stderr, flush=True)
+
+
+def acquire(workdir: str, warn: Optional[Callable[[str], None]] = None) -> str:
+  """Takes the workdir's lock; returns its path. ValueError when another run holds it."""
+  directory = paths.resolve(workdir)
+  directory.mkdir(parents=True, exist_ok=True)
+  path = str(directory / LOCK_NAME)
+  me = {"pid": os.getpid(), "host": socket.gethostname(),
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+  data = json.dumps(me).encode("utf-8")
+  for _ in range(3):  # a stale lock removed, then the create raced by another run: retry
+    if _create(path, data):
+      return path
+    owner = _read(path)
+    if owner is None:
+      continue  # released between the create and the read
+    stale = owner.get("host") == me["host"] and (
+        owner.get("pid") == me["pid"] or not _alive(owner.get("pid")))
+    if not stale and owner:
+      raise ValueError(
+          f"--workdir {workdir} is in use by another run ({_describe(owner)}): wait for it "
+          f"to end, or use another --workdir (if that run is gone, delete {path}).")
+    if not stale:  # unreadable: a run killed while writing its lock
+      if owner == {} and not _unreadable_is_old(path):
+        raise ValueError(f"--workdir {workdir}: {path} is being written by a starting run; "
+                         "retry in a moment or use another --workdir.")
+    (warn or _stderr)(f"warning: taking over the stale lock of --workdir {workdir} "
+         f"({_describe(owner) if owner else 'unreadable'}: that run is gone).")
+    with contextlib.suppress(FileNotFoundError):
+      paths.resolve(path).unlink()
+  raise ValueError(f"--workdir {workdir}: could not take {path} (other runs keep "
+                   "creating it); use another --workdir.")
+
+
+def _unreadable_is_old(path: str, seconds: float = 60.0) -> bool:
+  """An unreadable lock older than `seconds` was left by a run killed while writing it."""
+  if paths.is_remote(path):
+    return True  # no mtime through epath: an object store's lock upload is one request
+  try:
+    return time.time() - os.stat(path).st_mtime > seconds
+  except FileNotFoundError:
+    return True
+
+
+def release(path: str) -> None:
+  """Removes the lock if it is still this process's (a takeover's is left alone)."""
+  owner = _read(path)
+  if owner and owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+    with contextlib.suppress(FileNotFoundError):
+      paths.resolve(path).unlink()
+
+
+@contextlib.contextmanager
+def hold(workdir: str, *, process_index: int = 0,
+         warn: Optional[Callable[[str], None]] = None) -> Iterator[Optional[str]]:
+  """The workdir's lock for the block (process 0 only; the others get None)."""
+  if process_index != 0 or not workdir:
+    yield None
+    return
+  path = acquire(workdir, warn)
+  try:
+    yield path
+  finally:
+    release(path)

@@ -1,0 +1,74 @@
+"""bert_jax/runtime/workdir_lock.py: one run per workdir; a stale lock taken over with a
+warning; the lock gone after the run, and never removed from under its new owner."""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax.runtime import workdir_lock
+
+
+def _owner(path) -> dict:
+  return json.loads(open(path, encoding="utf-8").read())
+
+
+def test_the_lock_names_this_run_and_goes_at_the_end(tmp_path):
+  with workdir_lock.hold(str(tmp_path / "w")) as path:
+    owner = _owner(path)
+    assert owner["pid"] == os.getpid() and owner["host"] == socket.gethostname()
+    assert path == str(tmp_path / "w" / ".bert_jax.lock")
+  assert not os.path.exists(path)
+
+
+def test_a_second_run_is_refused_naming_the_first(tmp_path):
+  holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  try:
+    lock = tmp_path / ".bert_jax.lock"
+    lock.write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(),
+                                "started": "2026-12-06T10:00:00+00:00"}))
+    with pytest.raises(ValueError, match=rf"is in use by another run \(pid {holder.pid} on "
+                                         rf"{socket.gethostname()}, started 2026-12-06T10"):
+      workdir_lock.acquire(str(tmp_path))
+    assert _owner(lock)["pid"] == holder.pid  # untouched
+  finally:
+    holder.kill()
+    holder.wait()
+
+
+def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path):
+  gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                        capture_output=True, text=True, check=True)
+  dead_pid = int(gone.stdout)
+  (tmp_path / ".bert_jax.lock").write_text(json.dumps(
+      {"pid": dead_pid, "host": socket.gethostname(), "started": "x"}))
+  warnings = []
+  path = workdir_lock.acquire(str(tmp_path), warn=warnings.append)
+  assert _owner(path)["pid"] == os.getpid()
+  assert warnings == [f"warning: taking over the stale lock of --workdir {tmp_path} "
+                      f"(pid {dead_pid} on {socket.gethostname()}, started x: that run is "
+                      "gone)."]
+  workdir_lock.release(path)
+  assert not os.path.exists(path)
+
+
+def test_another_hosts_lock_is_never_taken_over(tmp_path):
+  (tmp_path / ".bert_jax.lock").write_text(json.dumps(
+      {"pid": 1, "host": "some-other-host", "started": "x"}))
+  with pytest.raises(ValueError, match=r"pid 1 on some-other-host.*delete .*\.bert_jax\.lock"):
+    workdir_lock.acquire(str(tmp_path))
+
+
+def test_release_leaves_a_lock_that_is_no_longer_ours(tmp_path):
+  path = workdir_lock.acquire(str(tmp_path))
+  other = {"pid": 1, "host": "elsewhere", "started": "x"}
+  open(path, "w", encoding="utf-8").write(json.dumps(other))
+  workdir_lock.release(path)
+  assert _owner(path) == other
+
+
+def test_processes_other_than_0_take_no_lock(tmp_path):
+  with workdir_lock.hold(str(tmp_path), process_index=1) as path:
+    assert path is None and not os.listdir(tmp_path)
