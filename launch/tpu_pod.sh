@@ -7,11 +7,14 @@
 # from its newest checkpoint. Overrides are quoted for the remote shell as given
 # ("--config.mesh_shape=(-1,8,4)" arrives as one argument).
 # First time, and after local edits: launch/tpu_pod.sh TPU_NAME ZONE --setup copies this
-# checkout's files (git's tracked and untracked ones, not the ignored .venv or workdirs)
+# checkout's tracked files (git ls-files: not untracked or ignored ones, such as .venv,
+# workdirs or a stray credentials file; commit or `git add` a new file to ship it)
 # into $REMOTE_DIR (default ~/bert_jax) on every host, over the old copy, and installs
 # .venv there (with $REMOTE_PYTHON, default python3: it must be Python >= 3.11). DRY_RUN=1 prints the gcloud commands instead of running them.
 # The hosts do not get this shell's environment: FORWARD_ENV="LIBTPU_INIT_ARGS XLA_FLAGS"
-# sets those variables, with their values here, for the run on every host.
+# sets those variables, with their values here, for the run on every host. The values
+# travel in a file (mode 600, copied with scp, read and deleted by the remote shell), never
+# on a command line (visible in `ps` on both ends) nor in DRY_RUN's output (names only).
 set -euo pipefail
 usage="usage: launch/tpu_pod.sh TPU_NAME ZONE --setup | --config FILE --workdir gs://BUCKET/RUN [--config.x=y ...]"
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then echo "$usage"; exit 0; fi
@@ -24,8 +27,8 @@ if [[ "$1" == "--setup" ]]; then
   TARBALL=$(mktemp "${TMPDIR:-/tmp}/bert_jax_src.XXXXXX")
   trap 'rm -f "$TARBALL"' EXIT
   if git -C "$SRC" rev-parse --git-dir >/dev/null 2>&1; then
-    # Files deleted from the work tree but still in the index are left out.
-    (cd "$SRC" && git ls-files -z -co --exclude-standard | while IFS= read -r -d '' f; do
+    # Tracked files only; files deleted from the work tree but still in the index are left out.
+    (cd "$SRC" && git ls-files -z --cached | while IFS= read -r -d '' f; do
        [[ -e "$f" ]] && printf '%s\0' "$f"; done | tar -czf "$TARBALL" --null -T -)
   else
     tar -czf "$TARBALL" -C "$SRC" --exclude=.venv --exclude='.venv-*' --exclude=.git .
@@ -75,13 +78,19 @@ fi
 if [[ -z "$WORKER0" ]]; then
   echo "error: gcloud names no network endpoint for TPU $TPU_NAME in $ZONE" >&2; exit 2
 fi
-ENVS=" JAX_COORDINATOR_ADDRESS=$WORKER0:8482"  # FORWARD_ENV may set its own (env: last wins)
 for name in ${FORWARD_ENV:-}; do
   if [[ ! "$name" =~ ^[A-Za-z_][A-Za-z0-9_]*$ || -z "${!name+set}" ]]; then
     echo "error: FORWARD_ENV names '$name', which is not a variable set here" >&2; exit 2
   fi
-  ENVS+=" $name=$(printf '%q' "${!name}")"
 done
+ENVFILE=$(mktemp "${TMPDIR:-/tmp}/bert_jax_env.XXXXXX")  # mode 600
+trap 'rm -f "$ENVFILE"' EXIT
+printf 'export JAX_COORDINATOR_ADDRESS=%q\n' "$WORKER0:8482" > "$ENVFILE"  # FORWARD_ENV may override
+for name in ${FORWARD_ENV:-}; do printf 'export %s=%q\n' "$name" "${!name}" >> "$ENVFILE"; done
+if [[ -n "${DRY_RUN:-}" ]]; then echo "# $ENVFILE sets: JAX_COORDINATOR_ADDRESS ${FORWARD_ENV:-}"; fi
+REMOTE_ENV=".bert_jax_env.$$"
+run gcloud compute tpus tpu-vm scp --zone="$ZONE" --worker=all "$ENVFILE" "$TPU_NAME:$REMOTE_ENV"
 run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command \
-  "cd $REMOTE_DIR && if test -x .venv/bin/python; then env$ENVS .venv/bin/python -m bert_jax.main$ARGS; \
+  "chmod 600 ~/$REMOTE_ENV && . ~/$REMOTE_ENV && rm -f ~/$REMOTE_ENV && cd $REMOTE_DIR \
+   && if test -x .venv/bin/python; then .venv/bin/python -m bert_jax.main$ARGS; \
    else echo \"error: \$PWD/.venv/bin/python not found: run launch/tpu_pod.sh $TPU_NAME $ZONE --setup first\" >&2; exit 2; fi"

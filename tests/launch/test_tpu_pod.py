@@ -82,6 +82,28 @@ def test_forward_env_sets_the_named_variables_on_the_hosts(tmp_path):
       "error: FORWARD_ENV names 'NOT_SET_HERE', which is not a variable set here\n")
 
 
+def test_forwarded_values_stay_off_command_lines_and_out_of_dry_run(tmp_path):
+  """A token forwarded to the hosts travels in a file the remote shell reads and deletes:
+  not in the ssh command (ps shows it on both machines), not in DRY_RUN's output."""
+  remote = tmp_path / "remote"
+  _exe(remote / ".venv" / "bin" / "python", '#!/bin/sh\nprintf "%s\\n" "$WANDB_API_KEY"\n')
+  secret = "s3cr3t-t0ken"
+  env = dict(_env(tmp_path, remote), FORWARD_ENV="WANDB_API_KEY", WANDB_API_KEY=secret)
+  log = tmp_path / "commands.log"  # every gcloud command line, as ps would show it
+  _exe(tmp_path / "bin" / "gcloud", f'#!/bin/bash\nprintf "%s\\n" "$*" >> {log}\n' +
+       FAKE_GCLOUD.split("\n", 1)[1])
+  script = os.path.join(ROOT, "launch", "tpu_pod.sh")
+  res = subprocess.run([script, "pod", "zone", "--config", "c.py"], env=env,
+                       capture_output=True, text=True)
+  assert res.returncode == 0 and res.stdout == secret + "\n", res.stderr
+  assert secret not in log.read_text()
+  assert not list((tmp_path / "home").glob(".bert_jax_env*"))  # read, then deleted
+  res = subprocess.run([script, "pod", "zone", "--config", "c.py"], env=dict(env, DRY_RUN="1"),
+                       capture_output=True, text=True)
+  assert res.returncode == 0 and secret not in res.stdout + res.stderr
+  assert "sets: JAX_COORDINATOR_ADDRESS WANDB_API_KEY" in res.stdout
+
+
 def test_a_host_without_setup_is_one_line_and_bad_usage_exits_2(tmp_path):
   remote = tmp_path / "remote"
   remote.mkdir()
@@ -115,8 +137,9 @@ def test_setup_copies_the_checkout_over_the_old_copy_without_local_venv(tmp_path
     res = subprocess.run([str(src / "launch" / "tpu_pod.sh"), "pod", "zone", "--setup"],
                          env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+  # Tracked files only: an untracked file (new.py; a stray key file) stays here.
   assert sorted(p.name for p in remote.iterdir()) == [
-      ".gitignore", ".venv", "a.py", "launch", "new.py", "pip.log"]
+      ".gitignore", ".venv", "a.py", "launch", "pip.log"]
   assert (remote / "a.py").read_text() == "v = 2\n"
   assert (remote / ".venv" / "bin" / "python").read_text() == "#!/bin/sh\n"
   assert (remote / "pip.log").read_text().splitlines() == [
