@@ -369,9 +369,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
         preempt.stopping = True
         log_stop(stopped_by, step, ckpt.directory)
         break
-
-  profiler.close()
-  ckpt.close()
+    # Inside the handlers: a SIGTERM while the last (async) save finishes is noted, not
+    # fatal, so the run still ends with that step saved and an exit status of 0.
+    profiler.close()
+    ckpt.close()
   if not several:
     stopped_by = preempt.name  # as before: a signal during the last step's save counts
   # --------------------------------------------------- (6) summary

@@ -496,3 +496,21 @@ def test_resume_on_another_device_count_skips_a_partial_save(uninterrupted, data
   assert not partial.exists()
   losses = _losses(copy)
   assert sorted(losses)[-2:] == [7, 8] and all(np.isfinite(list(losses.values())))
+
+
+def test_a_sigterm_during_the_final_save_still_ends_saved(data_dir, tmp_path, monkeypatch):
+  """The last save's close ran outside the signal handlers: a SIGTERM then (a scheduler's
+  second notice) killed the process before that step was on disk."""
+  real_close = ckpt_lib.Checkpointer.close
+
+  def close_under_sigterm(self):
+    os.kill(os.getpid(), signal.SIGTERM)  # delivered before the save has finished
+    real_close(self)
+  monkeypatch.setattr(ckpt_lib.Checkpointer, "close", close_under_sigterm)
+  config = e2e_config(data_dir, num_steps=2)
+  config.train.async_checkpoints = True
+  workdir = str(tmp_path / "run")
+  result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
+  assert result["step"] == 2 and result["stopped_by"] == "SIGTERM"
+  monkeypatch.undo()
+  assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps() == [2]
