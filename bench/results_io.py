@@ -65,12 +65,14 @@ def machine(accelerator: Optional[str] = None) -> dict:
 
 
 def commit() -> dict:
-  """HEAD of this checkout and whether tracked files differ from it."""
+  """HEAD of this checkout and whether tracked files differ from it (bench/results/
+  itself aside: a suite run after another has rewritten its file is still clean code)."""
   def git(*args):
     return subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True,
                           check=False).stdout.strip()
   return {"sha": git("rev-parse", "HEAD") or "unknown",
-          "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+          "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                            ":(exclude)bench/results"))}
 
 
 def load() -> float:

@@ -94,7 +94,8 @@ def test_a_shape_mismatch_on_another_process_stops_every_process(tmp_path, monke
 def test_when_every_step_fails_somewhere_all_stop_with_one_error(tmp_path, monkeypatch):
   ck = _saved(tmp_path)
   monkeypatch.setattr(multihost, "allgather", _Peer(verdicts=["OSError: a", "OSError: b"]))
-  with pytest.raises(RuntimeError, match=r"none of the checkpoints \[4, 2\]"):
+  with pytest.raises(ckpt_lib.NoRestorableCheckpointError,
+                     match=r"none of the checkpoints \[4, 2\] .* nothing was moved"):
     ck.restore(_abstract())
   assert ckpt_lib.Checkpointer(str(tmp_path / "ck")).all_steps() == [2, 4]  # nothing renamed
 

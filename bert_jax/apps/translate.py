@@ -123,18 +123,19 @@ def main(argv):
   compile_cache.set_compilation_cache(FLAGS.compilation_cache,
                                       compile_cache.INFERENCE_MIN_COMPILE_SECS)
   if not FLAGS.workdir:
-    print("translate: --workdir is required.", file=sys.stderr)
+    print("translate: error: --workdir is required.", file=sys.stderr)
     sys.exit(2)
   if FLAGS.beam_size < 1:
-    print(f"translate: --beam_size must be >= 1, got {FLAGS.beam_size}.", file=sys.stderr)
+    print(f"translate: error: --beam_size must be >= 1, got {FLAGS.beam_size}.",
+          file=sys.stderr)
     sys.exit(2)
   if FLAGS.reference and not os.path.isfile(FLAGS.reference):
-    print(f"translate: --reference {FLAGS.reference} does not exist.", file=sys.stderr)
+    print(f"translate: error: --reference {FLAGS.reference} does not exist.", file=sys.stderr)
     sys.exit(2)
   clash = cli.overwritten_input(FLAGS.output, [("--input", FLAGS.input),
                                                ("--reference", FLAGS.reference)])
   if clash:
-    print(f"translate: {clash}.", file=sys.stderr)
+    print(f"translate: error: {clash}.", file=sys.stderr)
     sys.exit(2)
   try:
     task, params, step_dir = load(FLAGS.workdir, FLAGS.checkpoint, FLAGS.matmul_dtype)
@@ -142,7 +143,7 @@ def main(argv):
     texts, log = translate(task, params, FLAGS.input, FLAGS.beam_size, FLAGS.alpha,
                            FLAGS.batch_size)
   except (TranslateError, FileNotFoundError, ValueError) as e:
-    print(f"translate: {e}", file=sys.stderr)
+    print(f"translate: error: {e}", file=sys.stderr)
     sys.exit(2)
   dt = time.perf_counter() - t0
   _write(FLAGS.output, texts)

@@ -64,6 +64,10 @@ _STOPS = {"CheckpointMismatchError": CheckpointMismatchError,
           "CheckpointFormatError": CheckpointFormatError}
 
 
+class NoRestorableCheckpointError(ValueError):
+  """Every checkpoint of a workdir failed to restore, each for a reason of its files."""
+
+
 class CheckpointSaveError(OSError):
   """A save failed for want of space; the earlier checkpoints are untouched."""
 
@@ -218,7 +222,10 @@ class Checkpointer:
         log.warning("moved the unreadable checkpoint step %d to %s.", bad, self._move_aside(bad))
       return restored["state"], restored["meta"], s
     if steps:
-      raise RuntimeError(f"none of the checkpoints {steps} in {self.directory} could be restored.")
+      raise NoRestorableCheckpointError(
+          f"none of the checkpoints {steps} in {self.directory} could be restored (see the "
+          "warnings above for each; nothing was moved): use a new --workdir, or move the "
+          "damaged steps aside to train from the start.")
     return None
 
   def _try_restore(self, step: int, abstract_state: Any, data_iterator):

@@ -397,7 +397,7 @@ def test_checkpoint_restores_onto_another_mesh_and_falls_back(tmp_path):
     for f in files:
       with open(os.path.join(root, f), "wb") as fh:
         fh.write(b"garbage")
-  with pytest.raises(RuntimeError, match=r"none of the checkpoints \[1\]"):
+  with pytest.raises(ckpt_lib.NoRestorableCheckpointError, match=r"none of the checkpoints \[1\]"):
     ckpt_lib.Checkpointer(str(tmp_path / "ck")).restore(abstract)
   assert (tmp_path / "ck" / "1").is_dir()
 
