@@ -118,6 +118,11 @@ def main(argv):
     # Printed once (an absl logging.error here showed every message twice on stderr).
     print(f"error: {e.strerror if isinstance(e, full_disk) else e}", file=sys.stderr)
     sys.exit(2)
+  except PermissionError as e:  # a read-only or foreign workdir (or data dir): one line
+    print(f"error: cannot write {e.filename or FLAGS.workdir}: {e.strerror} (check the "
+          "permissions of --workdir and config.data.data_dir; nothing was changed there).",
+          file=sys.stderr)
+    sys.exit(2)
   sys.exit(exit_status(result))
 
 

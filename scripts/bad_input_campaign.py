@@ -99,6 +99,11 @@ def _workdir_is_a_file(d):
   return _pretraining(d)
 
 
+def _workdir_not_writable(d):
+  del d  # /sys refuses a new directory even to root: a read-only place to write to
+  return _main("--config", "configs/bert_tiny.py", "--workdir", "/sys/bert_jax_campaign_run")
+
+
 def _unknown_key(d):
   _workdir_with_a_checkpoint(d)
   return _pretraining(d, "--config.train.learning_rat=1e-3")
@@ -210,6 +215,9 @@ CASES = [
          r"^error: --workdir .*/run is in use by another run \(pid \d+ on "),
     Case("workdir_is_a_file", "`--workdir` that is a file", "refused",
          _workdir_is_a_file, r"^error: --workdir .*/run is a file, not a directory"),
+    Case("workdir_not_writable", "a `--workdir` where this user may not write",
+         "one line naming the path", _workdir_not_writable,
+         r"^error: cannot write /sys/bert_jax_campaign_run: Operation not permitted"),
     Case("unknown_config_key", "a misspelled `--config.train.learning_rat`",
          "refused naming it", _unknown_key, r"^error: unknown config key"),
     Case("predict_over_input", "predict with `output_file` equal to `input_file`",
