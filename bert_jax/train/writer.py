@@ -229,7 +229,9 @@ class MetricWriter:
     interrupted run wrote before it was killed and this run recomputes, are dropped from
     metrics.jsonl (rewritten to a temporary file, then renamed over it) and hidden in
     TensorBoard (a purge step), so each step appears once. A line cut by the kill is
-    dropped too."""
+    dropped too. At step 0 (nothing restored: the workdir's checkpoints are gone, so its
+    metrics belong to an earlier run) the old file is kept whole beside it, as
+    metrics.<time>.jsonl, not emptied."""
     if not self.enabled:
       return
     self._purge_step = int(step) + 1
@@ -246,6 +248,12 @@ class MetricWriter:
         except (ValueError, KeyError, TypeError):
           pass  # a partial last line: the write the kill interrupted
     try:  # a reader sees the old file or the new one (one upload on an object store)
+      old = path.read_bytes() if step == 0 and path.exists() else b""
+      if old.strip():
+        aside = path.parent / f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+        paths.write_atomically(aside, old)
+        log(f"{path} held an earlier run's metrics and no checkpoint to resume: kept as "
+            f"{aside}")
       paths.write_atomically(path, "".join(kept))
     except OSError as e:
       if not paths.out_of_space(e):

@@ -85,6 +85,21 @@ def _events(path):
   return out
 
 
+def test_a_restart_from_step_0_keeps_the_earlier_runs_metrics_beside(tmp_path):
+  """No checkpoint to resume (they were deleted): the old metrics.jsonl is another run's,
+  kept whole as metrics.<time>.jsonl; the new run's file starts empty."""
+  first = MetricWriter(str(tmp_path), enabled=True)
+  for step in range(1, 4):
+    first.write_scalars(step, {"loss": float(step)})
+  first.close()
+  before = (tmp_path / "metrics.jsonl").read_bytes()
+  rerun = MetricWriter(str(tmp_path), enabled=True)
+  rerun.resume_at(0)
+  rerun.close()
+  (aside,) = tmp_path.glob("metrics.2*.jsonl")
+  assert aside.read_bytes() == before and (tmp_path / "metrics.jsonl").read_bytes() == b""
+
+
 def test_resume_at_logs_every_step_once(tmp_path):
   """A run killed at step 5 after its checkpoint at 3: the rerun drops 4, 5 (and the line
   the kill cut) from metrics.jsonl and tells TensorBoard to purge steps >= 4."""
