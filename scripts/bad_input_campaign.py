@@ -118,6 +118,12 @@ def _predict_over_input(d):
                f"--config.predict.input_file={path}", f"--config.predict.output_file={path}")
 
 
+def _predict_missing_workdir(d):
+  return _main("--config", "configs/finetune_classification.py", "--workdir",
+               os.path.join(d, "never_trained"), "--config.mode=predict",
+               f"--config.predict.input_file={_texts(d)}")
+
+
 def _missing_train_file(d):
   return _main("--config", "configs/finetune_classification.py", "--workdir",
                os.path.join(d, "run"), "--config.data.source=file",
@@ -223,6 +229,9 @@ CASES = [
     Case("predict_over_input", "predict with `output_file` equal to `input_file`",
          "refused", _predict_over_input,
          r"^error: config\.predict\.output_file .*texts\.csv is config\.predict\.input_file"),
+    Case("predict_missing_workdir", "predict with a `--workdir` that was never trained",
+         "one line: train first", _predict_missing_workdir,
+         r"^error: no checkpoint in .*never_trained/checkpoints: train the task first"),
     Case("missing_train_file", "`data.train_file` that does not exist", "named",
          _missing_train_file, r"^error: config\.data\.train_file: .*train\.csv does not exist"),
     Case("newer_checkpoint", "a checkpoint written by newer code (format 99)",
