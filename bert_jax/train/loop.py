@@ -230,9 +230,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   host_batch = tc.batch_size // nshards  # rows this process loads
   wandb_run.check_available(config)
   # The task first: it refuses a workdir holding another run's tokenizer before this run
-  # writes a metric line or its W&B config.
+  # writes a metric line. W&B starts once the restore has accepted the workdir (below).
   task.prepare(workdir)
-  writer = MetricWriter(workdir, wandb_run=wandb_run.start(config, workdir))
+  writer = MetricWriter(workdir)
   total_steps, eval_every, checkpoint_every = _step_counts(tc, task)
   tx, schedule = optim.make_optimizer(tc, total_steps)
   plan = _phase_plan(config, total_steps)
@@ -272,6 +272,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     log(f"initialized params from {config.init_from}")
   # Records an interrupted run wrote past its last checkpoint are recomputed now: drop them.
   writer.resume_at(start_step)
+  if writer.enabled:  # after the restore: another model's rerun never rewrites its config
+    writer.wandb = wandb_run.start(config, workdir)
   phase = _phase_of(plan, start_step)
   if eval_every:  # fail now, not after hours of training, if there is nothing to eval on
     task.eval_iterator(plan[phase][2], host_batch, shard, nshards)
