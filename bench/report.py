@@ -4,7 +4,8 @@
   python bench/report.py --check    # exit 1, one line naming the difference, if it differs
 
 RESULTS.md opens with the summary table (goal, anchor, figure, hardware, met, date), then
-one short section per result: its command, machine, commit, goal and figures. Output
+one short section per result: its command, machine, commit, goal and figures (a table for
+a result with a goal; one paragraph for data without one, so the page stays short). Output
 depends only on the files (sorted by name), so a rerun renders the same bytes. Standard
 library only: no jax.
 """
@@ -106,6 +107,10 @@ def section(res: dict) -> list:
            f"Machine: {machine_text(res)}. {goal}Anchor: {res['anchor']}."]
   if res.get("notes"):
     lines.append(res["notes"])
+  if not res.get("goal"):  # data without a goal: its figures in one paragraph
+    return lines + ["", "Figures: " + "; ".join(
+        f"{cell(f['name'])} **{cell(value_text(f))}**" +
+        (f" ({cell(f['note'])})" if f.get("note") else "") for f in res["figures"]) + ".", ""]
   lines += ["", "| figure | value | note |", "| --- | --- | --- |"]
   lines += [f"| {cell(f['name'])} | {cell(value_text(f))} | {cell(f.get('note', ''))} |"
             for f in res["figures"]]
