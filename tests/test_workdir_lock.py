@@ -1,7 +1,10 @@
 """bert_jax/runtime/workdir_lock.py: one run per workdir; a stale lock taken over with a
 warning; the lock gone after the run, and never removed from under its new owner."""
+import datetime
 import json
 import os
+import threading
+import time
 import socket
 import subprocess
 import sys
@@ -54,11 +57,38 @@ def test_a_stale_lock_is_taken_over_with_a_warning(tmp_path):
   assert not os.path.exists(path)
 
 
-def test_another_hosts_lock_is_never_taken_over(tmp_path):
-  (tmp_path / ".bert_jax.lock").write_text(json.dumps(
-      {"pid": 1, "host": "some-other-host", "started": "x"}))
-  with pytest.raises(ValueError, match=r"pid 1 on some-other-host.*delete .*\.bert_jax\.lock"):
-    workdir_lock.acquire(str(tmp_path))
+def test_another_hosts_lock_holds_while_its_heartbeat_is_fresh(tmp_path):
+  """A lost node's lock (no heartbeat for STALE_S) is taken over by its requeued job on
+  another host; a live one's is not."""
+  now = datetime.datetime.now(datetime.timezone.utc)
+  lock = tmp_path / ".bert_jax.lock"
+  for age_s, taken in ((5, False), (workdir_lock.STALE_S + 60, True)):
+    beat = (now - datetime.timedelta(seconds=age_s)).isoformat(timespec="seconds")
+    lock.write_text(json.dumps({"pid": 1, "host": "some-other-host", "started": beat,
+                                "heartbeat": beat}))
+    if not taken:
+      with pytest.raises(ValueError, match=r"pid 1 on some-other-host.*heartbeat for 10 min "
+                                           r"is taken over; to take it now, delete"):
+        workdir_lock.acquire(str(tmp_path))
+    else:
+      warnings = []
+      path = workdir_lock.acquire(str(tmp_path), warn=warnings.append)
+      assert _owner(path)["host"] == socket.gethostname() and len(warnings) == 1
+
+
+def test_the_holder_refreshes_its_heartbeat(tmp_path, monkeypatch):
+  path = workdir_lock.acquire(str(tmp_path))
+  first = _owner(path)
+  first["heartbeat"] = "2026-01-01T00:00:00+00:00"
+  open(path, "w", encoding="utf-8").write(json.dumps(first))
+  stop = threading.Event()
+  beat = threading.Thread(target=workdir_lock._heartbeat, args=(path, stop, 0.05))
+  beat.start()
+  time.sleep(0.3)
+  stop.set()
+  beat.join()
+  assert _owner(path)["heartbeat"] > "2026-12"  # rewritten with a fresh time
+  assert _owner(path)["started"] == first["started"]
 
 
 def test_release_leaves_a_lock_that_is_no_longer_ours(tmp_path):

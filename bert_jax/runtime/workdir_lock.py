@@ -6,10 +6,11 @@ directories (the second one's clean-up can delete the first one's save in progre
 of the run; creating it is atomic (O_EXCL on local disk, a create-if-absent upload,
 `ifGenerationMatch=0`, on gs://), so of two runs started together exactly one gets it.
 
-The other gets a one-line ValueError naming the run that holds the workdir. A lock whose
-process is gone (the same host, that pid not running: a SIGKILL, a crash, a lost node's
-rerun on the same machine) is stale: it is taken over with a warning. A lock from
-another host cannot be checked from here; the message says how to remove it. On a pod
+The other gets a one-line ValueError naming the run that holds the workdir. A stale lock
+is taken over with a warning: on this host, one whose pid no longer runs (a SIGKILL, a
+crash); from any host, one whose heartbeat (rewritten by the holder every
+HEARTBEAT_S) is older than STALE_S, so a requeued job on another node (SLURM, a
+recreated TPU VM) resumes after a lost host without anyone deleting the lock. On a pod
 only process 0 takes the lock; the others write what process 0 tells them to.
 """
 from __future__ import annotations
@@ -20,12 +21,28 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from typing import Callable, Iterator, Optional
 
 from bert_jax.runtime import paths
 
 LOCK_NAME = ".bert_jax.lock"
+HEARTBEAT_S = 60.0
+STALE_S = 600.0  # ten heartbeats missed: generous for clock skew between hosts
+
+
+def _now() -> str:
+  return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _age_s(owner: dict) -> float:
+  """Seconds since the owner's last heartbeat (its start without one); inf if unknown."""
+  try:
+    then = datetime.datetime.fromisoformat(owner.get("heartbeat") or owner["started"])
+    return (datetime.datetime.now(datetime.timezone.utc) - then).total_seconds()
+  except (KeyError, TypeError, ValueError):
+    return float("inf")
 
 
 def _describe(owner: dict) -> str:
@@ -89,8 +106,8 @@ def acquire(workdir: str, warn: Optional[Callable[[str], None]] = None) -> str:
   directory = paths.resolve(workdir)
   directory.mkdir(parents=True, exist_ok=True)
   path = str(directory / LOCK_NAME)
-  me = {"pid": os.getpid(), "host": socket.gethostname(),
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+  me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}
+  me["heartbeat"] = me["started"]
   data = json.dumps(me).encode("utf-8")
   for _ in range(3):  # a stale lock removed, then the create raced by another run: retry
     if _create(path, data):
@@ -98,12 +115,14 @@ def acquire(workdir: str, warn: Optional[Callable[[str], None]] = None) -> str:
     owner = _read(path)
     if owner is None:
       continue  # released between the create and the read
-    stale = owner.get("host") == me["host"] and (
-        owner.get("pid") == me["pid"] or not _alive(owner.get("pid")))
+    here = owner.get("host") == me["host"]
+    stale = (here and (owner.get("pid") == me["pid"] or not _alive(owner.get("pid")))) or (
+        not here and owner and _age_s(owner) > STALE_S)
     if not stale and owner:
       raise ValueError(
           f"--workdir {workdir} is in use by another run ({_describe(owner)}): wait for it "
-          f"to end, or use another --workdir (if that run is gone, delete {path}).")
+          f"to end, or use another --workdir (a lock without a heartbeat for "
+          f"{STALE_S / 60:.0f} min is taken over; to take it now, delete {path}).")
     if not stale:  # unreadable: a run killed while writing its lock
       if owner == {} and not _unreadable_is_old(path):
         raise ValueError(f"--workdir {workdir}: {path} is being written by a starting run; "
@@ -142,7 +161,27 @@ def hold(workdir: str, *, process_index: int = 0,
     yield None
     return
   path = acquire(workdir, warn)
+  stop = threading.Event()
+  beat = threading.Thread(target=_heartbeat, args=(path, stop), daemon=True,
+                          name="workdir-lock-heartbeat")
+  beat.start()
   try:
     yield path
   finally:
+    stop.set()
+    beat.join(timeout=10)
     release(path)
+
+
+def _heartbeat(path: str, stop: threading.Event, every_s: Optional[float] = None) -> None:
+  """Rewrites the lock with a fresh heartbeat while it is ours; a storage hiccup is
+  skipped (the next beat tries again), a lock taken over by another run is left alone."""
+  while not stop.wait(HEARTBEAT_S if every_s is None else every_s):
+    try:
+      owner = _read(path)
+      if not owner or owner.get("pid") != os.getpid() or (
+          owner.get("host") != socket.gethostname()):
+        return
+      paths.write_atomically(path, json.dumps(dict(owner, heartbeat=_now())))
+    except OSError:
+      continue
