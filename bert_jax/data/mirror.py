@@ -213,7 +213,7 @@ class Mirror:
         raise CorruptDataError(
             f"the copy of {self.remote}/{name}/{rel} has {bad}: the transfer or the object "
             f"is damaged; start again, or rebuild it (rm the gs:// directory {name}).")
-    tmp = os.path.join(local, marker + ".tmp")
+    tmp = os.path.join(local, f"{marker}.{os.getpid()}.tmp")  # unique, as every temporary
     self.fs.get_file(f"{self._remote(name)}/{marker}", tmp)
     os.replace(tmp, os.path.join(local, marker))  # last: "this copy is complete"
 
