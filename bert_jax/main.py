@@ -86,9 +86,8 @@ def run_locked(config, workdir: str):
   writes its own output file, so it runs beside training without the lock."""
   if config.get("mode", "train") == "predict":
     return run(config, workdir)
-  import jax  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import workdir_lock  # pylint: disable=g-import-not-at-top
-  with workdir_lock.hold(workdir, process_index=jax.process_index()):
+  with workdir_lock.hold_agreed(workdir):
     return run(config, workdir)
 
 
@@ -105,6 +104,7 @@ def main(argv):
   from bert_jax.runtime import progress
   progress.set_enabled(config.get("progress", True))
   from bert_jax import guards  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoint.restore_errors import CheckpointReadError  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoint.manager import CheckpointSaveError  # pylint: disable=g-import-not-at-top
   from bert_jax.train.writer import MetricsWriteError  # pylint: disable=g-import-not-at-top
   full_disk = (CheckpointSaveError, MetricsWriteError)
@@ -117,6 +117,9 @@ def main(argv):
   except (ValueError, FileNotFoundError, FloatingPointError, *full_disk) as e:
     # Printed once (an absl logging.error here showed every message twice on stderr).
     print(f"error: {e.strerror if isinstance(e, full_disk) else e}", file=sys.stderr)
+    sys.exit(2)
+  except CheckpointReadError as e:  # storage trouble at restore: retried, then one line
+    print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
   except PermissionError as e:  # a read-only or foreign workdir (or data dir): one line
     print(f"error: cannot write {e.filename or FLAGS.workdir}: {e.strerror} (check the "

@@ -91,6 +91,6 @@ if [[ -n "${DRY_RUN:-}" ]]; then echo "# $ENVFILE sets: JAX_COORDINATOR_ADDRESS 
 REMOTE_ENV=".bert_jax_env.$$"
 run gcloud compute tpus tpu-vm scp --zone="$ZONE" --worker=all "$ENVFILE" "$TPU_NAME:$REMOTE_ENV"
 run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --worker=all --command \
-  "chmod 600 ~/$REMOTE_ENV && . ~/$REMOTE_ENV && rm -f ~/$REMOTE_ENV && cd $REMOTE_DIR \
+  "exec 3<~/$REMOTE_ENV; rm -f ~/$REMOTE_ENV; . /dev/fd/3 && exec 3<&- && cd $REMOTE_DIR \
    && if test -x .venv/bin/python; then .venv/bin/python -m bert_jax.main$ARGS; \
    else echo \"error: \$PWD/.venv/bin/python not found: run launch/tpu_pod.sh $TPU_NAME $ZONE --setup first\" >&2; exit 2; fi"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import hashlib
 import json
 import os
@@ -89,7 +90,9 @@ def _init_from_is_workdir(d):
 def _workdir_in_use(d):
   run = _workdir_with_a_checkpoint(d)
   with open(os.path.join(run, ".bert_jax.lock"), "w", encoding="utf-8") as f:
-    json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": "today"}, f)
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started": now,
+               "heartbeat": now}, f)  # this campaign's own process: alive, beating
   return _pretraining(d)
 
 

@@ -400,8 +400,10 @@ def test_the_workdir_lock_and_atomic_writes_on_gcs(gcs):
   assert not gcs.exists("bucket/locked/.bert_jax.lock")
   holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
   try:
+    now = workdir_lock._now()  # a live holder with a fresh heartbeat
     gcs.pipe("bucket/held/.bert_jax.lock", json.dumps(
-        {"pid": holder.pid, "host": socket.gethostname(), "started": "x"}).encode())
+        {"pid": holder.pid, "host": socket.gethostname(), "started": now,
+         "heartbeat": now}).encode())
     with pytest.raises(ValueError, match=rf"gs://bucket/held is in use by another run "
                                          rf"\(pid {holder.pid}"):
       workdir_lock.acquire("gs://bucket/held")

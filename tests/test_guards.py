@@ -1,7 +1,9 @@
 """bert_jax/apps/guards.py: the settings that would destroy what is on disk, refused in one
 line naming the field, before a run writes anything; through the real CLI for a workdir
 over the model it starts from and for a workdir another run holds."""
+import datetime
 import hashlib
+import re
 import json
 import os
 import socket
@@ -56,8 +58,16 @@ def test_a_workdir_may_not_be_or_hold_an_input(tmp_path):
   config.init_from = str(model)
   with pytest.raises(ValueError, match=r"--workdir .*hf_model is config\.init_from"):
     guards.check_run(config, str(model))
-  with pytest.raises(ValueError, match=r"--workdir .* holds config\.init_from"):
-    guards.check_run(config, str(tmp_path))
+  # Inside the workdir, an input is refused only where the run writes (here hf/, which
+  # config.export_hf fills); the user's own files elsewhere in it are left alone.
+  config.init_from = str(tmp_path / "run" / "hf")
+  with pytest.raises(ValueError, match=r"--workdir's hf .*run/hf is config\.init_from"):
+    guards.check_run(config, str(tmp_path / "run"))
+  config.init_from = str(tmp_path / "run" / "checkpoints" / "5")
+  with pytest.raises(ValueError, match=r"--workdir's checkpoints .* holds config\.init_from"):
+    guards.check_run(config, str(tmp_path / "run"))
+  config.init_from = str(model)
+  guards.check_run(config, str(tmp_path))  # holds hf_model, but never writes there
   # Another spelling of the same directory (a symlink, a trailing slash) is the same.
   os.symlink(model, tmp_path / "link")
   with pytest.raises(ValueError, match=r"is config\.init_from"):
@@ -81,9 +91,13 @@ def test_predict_may_not_write_over_its_input(tmp_path):
 
 
 def test_comma_lists_of_inputs_are_each_checked(tmp_path):
-  config = ml_collections.ConfigDict({"data": {"train_file": f"{tmp_path}/a.src,{tmp_path}/w/a.tgt"}})
-  with pytest.raises(ValueError, match=r"holds config\.data\.train_file .*w/a\.tgt"):
+  config = ml_collections.ConfigDict(
+      {"data": {"train_file": f"{tmp_path}/a.src,{tmp_path}/w/data/test.en"}})
+  with pytest.raises(ValueError, match=r"data/test\.en is config\.data\.train_file .*w/data/"
+                                       r"test\.en"):
     guards.check_outputs(config, str(tmp_path / "w"))
+  config.data.train_file = f"{tmp_path}/w/mine/train.src,{tmp_path}/w/mine/train.tgt"
+  guards.check_outputs(config, str(tmp_path / "w"))  # the user's own files in the workdir
 
 
 def _cli(workdir, *flags):
@@ -103,14 +117,16 @@ def test_the_cli_refuses_in_one_line_and_loses_nothing(tmp_path, case):
     flags.append(f"--config.init_from={run}")
     expected = rf"error: --workdir {run} is config.init_from {run}: the run would write over"
   else:  # this test's own process: alive, on this host
-    lock = {"pid": os.getpid(), "host": socket.gethostname(), "started": "2026-12-06T00:00"}
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    lock = {"pid": os.getpid(), "host": socket.gethostname(), "started": now,
+            "heartbeat": now}
     (run / ".bert_jax.lock").write_text(json.dumps(lock))
     expected = (rf"error: --workdir {run} is in use by another run \(pid {os.getpid()} on "
-                rf"{socket.gethostname()}, started 2026-12-06T00:00\)")
+                rf"{socket.gethostname()}, started {re.escape(now)}\)")
   before = _digests(run)
   proc = _cli(run, *flags)
   assert proc.returncode == 2, proc.stderr
   errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
-  assert len(errors) == 1 and __import__("re").match(expected, errors[0]), proc.stderr
+  assert len(errors) == 1 and re.match(expected, errors[0]), proc.stderr
   assert "Traceback" not in proc.stderr
   assert _digests(run) == before and not (tmp_path / "data").exists()

@@ -30,12 +30,19 @@ def test_a_second_run_is_refused_naming_the_first(tmp_path):
   holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
   try:
     lock = tmp_path / ".bert_jax.lock"
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     lock.write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(),
-                                "started": "2026-12-06T10:00:00+00:00"}))
+                                "started": started, "heartbeat": started}))
     with pytest.raises(ValueError, match=rf"is in use by another run \(pid {holder.pid} on "
-                                         rf"{socket.gethostname()}, started 2026-12-06T10"):
+                                         rf"{socket.gethostname()}, started {started[:13]}"):
       workdir_lock.acquire(str(tmp_path))
     assert _owner(lock)["pid"] == holder.pid  # untouched
+    # The same pid with a heartbeat STALE_S old: a reused pid, not the holder.
+    lock.write_text(json.dumps({"pid": holder.pid, "host": socket.gethostname(),
+                                "started": "2026-01-01T00:00:00+00:00"}))
+    warnings = []
+    workdir_lock.release(workdir_lock.acquire(str(tmp_path), warn=warnings.append))
+    assert len(warnings) == 1 and "stale lock" in warnings[0]
   finally:
     holder.kill()
     holder.wait()
@@ -89,6 +96,21 @@ def test_the_holder_refreshes_its_heartbeat(tmp_path, monkeypatch):
   beat.join()
   assert _owner(path)["heartbeat"] > "2026-12"  # rewritten with a fresh time
   assert _owner(path)["started"] == first["started"]
+
+
+def test_a_lock_whose_heartbeat_stopped_is_waited_for_then_taken(tmp_path, monkeypatch):
+  """A requeued job on another node, a minute after the old one was lost: it waits until
+  the lock is stale instead of failing (exit 2 would not be requeued)."""
+  monkeypatch.setattr(workdir_lock, "STALE_S", 3.0)
+  monkeypatch.setattr(workdir_lock, "HEARTBEAT_S", 1.0)
+  beat = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=2.5))
+  (tmp_path / ".bert_jax.lock").write_text(json.dumps(
+      {"pid": 1, "host": "lost-node", "started": "x", "heartbeat": beat.isoformat()}))
+  warnings = []
+  t0 = time.monotonic()
+  path = workdir_lock.acquire(str(tmp_path), warn=warnings.append)
+  assert time.monotonic() - t0 < 5 and _owner(path)["pid"] == os.getpid()
+  assert "waiting until it is 3 s old" in warnings[0] and "stale lock" in warnings[1]
 
 
 def test_release_leaves_a_lock_that_is_no_longer_ours(tmp_path):

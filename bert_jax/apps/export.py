@@ -117,7 +117,7 @@ def check_output(workdir: str, output: str, overwrite: bool = False) -> None:
     raise ExportError(f"--output {output} already holds a model (config.json): pass "
                       "--overwrite to replace it, or choose a new directory.")
   others = sorted(names - set(EXPORT_FILES))
-  if names and others:
+  if others and not (overwrite and "config.json" in names):  # a model's own extras stay
     raise ExportError(f"--output {output} holds files an export does not write "
                       f"({', '.join(others[:3])}): choose a new or empty directory.")
   if names and not overwrite:
@@ -129,9 +129,10 @@ def export(workdir: str, output: str, which: str = "best",
            overwrite: bool = False) -> tuple[str, str]:
   """Writes the transformers directory `output` of a workdir's checkpoint.
 
-  A local `output` is written in a staging directory beside it and its files moved in at
-  the end, config.json last (removed first when an export is replaced): a failure leaves
-  the old model whole, or a directory without config.json, never a mix that loads.
+  The export is written whole in a staging directory (beside a local `output`, a local
+  temporary for gs://) and its files moved or uploaded in at the end, config.json last
+  (removed first when an export is replaced): a failure leaves the old model whole, or a
+  directory without config.json, never a mix that loads.
   Returns (its architecture, e.g. "BertForSequenceClassification"; the step directory).
   """
   if not paths.resolve(workdir).exists():
@@ -159,21 +160,24 @@ def export(workdir: str, output: str, which: str = "best",
 @contextlib.contextmanager
 def _staged(output: str):
   """The directory to write the export into; its files land in `output` at the end."""
-  if paths.is_remote(output):  # each upload is whole; config.json goes last
-    out = paths.resolve(output)
-    (out / "config.json").unlink(missing_ok=True)
-    yield output
-    return
-  out = os.path.abspath(output)
-  os.makedirs(os.path.dirname(out), exist_ok=True)
-  staging = tempfile.mkdtemp(dir=os.path.dirname(out), prefix=f".{os.path.basename(out)}.")
+  remote = paths.is_remote(output)
+  out = output if remote else os.path.realpath(output)  # a symlink: stage where it points
+  if not remote:
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+  # Beside a local output (renames stay on its filesystem); a local temporary for gs://.
+  staging = tempfile.mkdtemp(dir=None if remote else os.path.dirname(out),
+                             prefix=f".{os.path.basename(out.rstrip('/'))}.export-")
   try:
-    yield staging
-    os.makedirs(out, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-      os.unlink(os.path.join(out, "config.json"))  # from here on, no loadable mix
+    yield staging  # every check and the whole model written here first
+    target = paths.resolve(out)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "config.json").unlink(missing_ok=True)  # from here on, no loadable mix
     for name in sorted(os.listdir(staging), key=lambda n: n == "config.json"):
-      os.replace(os.path.join(staging, name), os.path.join(out, name))
+      if remote:  # each upload is whole
+        with open(os.path.join(staging, name), "rb") as f:
+          paths.write_atomically(str(target / name), f.read())
+      else:
+        os.replace(os.path.join(staging, name), os.path.join(out, name))
   finally:
     shutil.rmtree(staging, ignore_errors=True)
 

@@ -7,8 +7,11 @@ refusal is a ValueError of one line naming the field and what it would have dest
 * train.keep_checkpoints below 1: orbax's LatestN(0) deletes every checkpoint of the run;
 * log, eval and checkpoint intervals out of range (the trainer's own count checks:
   train/loop.py's for the shared loop, word2vec/train.py's for word2vec);
-* an output path equal to, or inside, a path the run reads: the workdir over its
-  `init_from` model or its data files, `predict.output_file` over `predict.input_file`.
+* an output that is, or holds, a path the run reads: the workdir as its own `init_from`
+  or data file, an input where the run writes (the workdir's checkpoints/, tokenizer/,
+  hf/, metrics and predictions files), `predict.output_file` over `predict.input_file`.
+  A data file of the user's own elsewhere in the workdir is left alone: the run writes
+  only the names in WRITTEN.
 
 The trainers keep their own checks for callers that skip main (library use); this module
 only gathers them so that nothing is prepared or written before the first one fails.
@@ -21,8 +24,15 @@ from bert_jax.runtime import paths
 
 # Config fields a run reads (never writes): an output may not be or hold any of them.
 INPUT_FIELDS = ("init_from", "data.train_file", "data.eval_file", "data.test_file",
-                "data.vocab_path", "data.vocab", "data.text_glob",
+                "data.vocab_path", "data.vocab", "data.text_glob", "data.text_files",
                 "predict.input_file")
+
+
+# What a run writes in its workdir (loop, tasks, export_hf, word2vec): an input there
+# would be overwritten or deleted.
+WRITTEN = ("checkpoints", "tokenizer", "hf", "metrics.jsonl", "predictions.jsonl",
+           "data/test.de", "data/test.en", "vectors.txt", "vectors.bin", "wandb",
+           "wandb_run_id", ".bert_jax.lock")
 
 
 def field(config, key: str):
@@ -62,14 +72,18 @@ def inputs(config) -> list[tuple[str, str]]:
 
 def check_outputs(config, workdir: str) -> None:
   """A ValueError when the workdir or predict.output_file is, or holds, an input."""
-  outputs = [("--workdir", workdir)] if workdir else []
-  out_file = field(config, "predict.output_file")
-  if config.get("mode", "train") == "predict" and out_file:
-    outputs.append(("config.predict.output_file", out_file))
+  predict = config.get("mode", "train") == "predict"
+  outputs = []
+  if workdir and not predict:  # predict writes only its output file, not the workdir
+    outputs += [("--workdir", workdir)]
+    outputs += [(f"--workdir's {name}", os.path.join(workdir, name)) for name in WRITTEN]
+  if predict:
+    outputs.append(("config.predict.output_file", field(config, "predict.output_file")
+                    or os.path.join(workdir, "predictions.jsonl")))
   for out_name, out_path in outputs:
     for in_key, in_path in inputs(config):
-      if out_name == "--workdir" and in_key == "predict.input_file":
-        continue  # predict reads a file anywhere and writes only its own output file
+      if out_name == "--workdir" and out_path == workdir and not covers(in_path, workdir):
+        continue  # an input inside the workdir but outside what the run writes
       if covers(out_path, in_path):
         how = "is" if _normalized(out_path) == _normalized(in_path) else "holds"
         raise ValueError(f"{out_name} {out_path} {how} config.{in_key} {in_path}: the run "

@@ -279,7 +279,9 @@ class Checkpointer:
     """Keeps the newest keep_checkpoints moved-aside steps (kept for a post-mortem), so a
     run that meets damaged steps again and again does not fill its disk with them."""
     aside = sorted((p for p in self.directory.iterdir() if ".corrupt-" in p.name),
-                   key=lambda p: (p.name.split(".corrupt-", 1)[1], p.name))
+                   key=lambda p: (p.name.split(".corrupt-", 1)[1],
+                                  int(p.name.split(".", 1)[0]) if p.name.split(".", 1)[0]
+                                  .isdigit() else -1))
     for old in aside[:-self._keep]:
       log.warning("removed the moved-aside checkpoint %s (more than keep_checkpoints=%d).",
                   old, self._keep)

@@ -94,6 +94,7 @@ def retry(read: Callable[[], T], where: str, attempts: int = 3,
         raise CheckpointReadError(
             f"checkpoint {where} could not be read after {attempts} tries ({first}): a "
             "storage or permission error, not a damaged checkpoint, so nothing was rolled "
-            "back or moved; fix the access and run the same command again.") from e
+            "back or moved; fix the access and run the same command again (if it persists "
+            "on one step, a bad disk: move that step aside).") from e
       (sleep or time.sleep)(delay_s * 2 ** attempt)
   raise AssertionError("unreachable")

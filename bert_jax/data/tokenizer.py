@@ -231,7 +231,12 @@ def keep_or_write(tokenizer: Tokenizer, path: str, source: str) -> None:
   if not target.exists():
     paths.write_atomically(path, tokenizer.to_str())
     return
-  saved = Tokenizer.from_str(target.read_text())
+  try:
+    saved = Tokenizer.from_str(target.read_text())
+  except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception
+    raise ValueError(f"{path} is not a readable tokenizer.json ({str(e)[:120]}): a write "
+                     "cut short? Delete it and rerun: it is written again from "
+                     f"{source}.") from None
   mine, theirs = json.loads(tokenizer.to_str()), json.loads(saved.to_str())
   if any(mine.get(k) != theirs.get(k) for k in ("model", "normalizer", "pre_tokenizer")):
     raise ValueError(

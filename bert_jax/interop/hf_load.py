@@ -31,8 +31,24 @@ MODELS = ("pretraining", "encoder")
 
 # safetensors dtype codes; BF16 through ml_dtypes, which safetensors.numpy cannot make.
 _DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16,
-           "BF16": ml_dtypes.bfloat16, "I64": np.int64, "I32": np.int32, "I16": np.int16,
-           "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+           "BF16": ml_dtypes.bfloat16, "F8_E4M3": ml_dtypes.float8_e4m3fn,
+           "F8_E5M2": ml_dtypes.float8_e5m2, "I64": np.int64, "I32": np.int32,
+           "I16": np.int16, "I8": np.int8, "U64": np.uint64, "U32": np.uint32,
+           "U16": np.uint16, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _entry(name: str, info) -> tuple:
+  """(dtype, shape, begin, stop) of a header entry; ValueError naming what is wrong."""
+  if not isinstance(info, dict) or info.get("dtype") not in _DTYPES:
+    raise ValueError(f"tensor {name!r}: dtype "
+                     f"{info.get('dtype') if isinstance(info, dict) else info!r} unknown")
+  shape, offsets = info.get("shape"), info.get("data_offsets")
+  if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+    raise ValueError(f"tensor {name!r}: shape {shape!r} is not a list of sizes")
+  if not (isinstance(offsets, list) and len(offsets) == 2 and
+          all(type(o) is int for o in offsets) and 0 <= offsets[0] <= offsets[1]):
+    raise ValueError(f"tensor {name!r}: data_offsets {offsets!r} are not two byte offsets")
+  return np.dtype(_DTYPES[info["dtype"]]).newbyteorder("<"), shape, *offsets
 
 
 def load_safetensors(data: bytes, where: str) -> dict[str, np.ndarray]:
@@ -53,15 +69,13 @@ def load_safetensors(data: bytes, where: str) -> dict[str, np.ndarray]:
     raise bad(f"its header is not JSON: {e}") from None
   if not isinstance(header, dict):
     raise bad("its header is not a JSON object")
+  try:
+    entries = sorted(((_entry(k, v), k) for k, v in header.items() if k != "__metadata__"),
+                     key=lambda e: (e[0][2], e[0][3], e[1]))
+  except ValueError as e:
+    raise bad(str(e)) from None
   body, tensors, end = memoryview(data)[8 + size:], {}, 0
-  for name, info in sorted(((k, v) for k, v in header.items() if k != "__metadata__"),
-                           key=lambda kv: tuple(kv[1].get("data_offsets", (0, 0)))
-                           if isinstance(kv[1], dict) else (0, 0)):
-    try:
-      dtype, shape, (begin, stop) = _DTYPES[info["dtype"]], info["shape"], info["data_offsets"]
-    except (KeyError, TypeError, ValueError):
-      raise bad(f"tensor {name!r}: dtype {info.get('dtype') if isinstance(info, dict) else info!r}"
-                f" or its shape / offsets unknown") from None
+  for (dtype, shape, begin, stop), name in entries:
     count = int(np.prod(shape, dtype=np.int64))
     if begin != end or stop - begin != count * np.dtype(dtype).itemsize or stop > len(body):
       raise bad(f"tensor {name!r} at bytes {begin}-{stop} of {len(body)}")

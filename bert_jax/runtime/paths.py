@@ -71,6 +71,28 @@ def write_atomically(path, data) -> None:
     f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+def _read_umask() -> int:
+  """The process umask without setting it (os.umask sets it: a race with other threads
+  creating files): /proc's Umask line on Linux, else read once, here at import."""
+  try:
+    with open("/proc/self/status", encoding="ascii") as f:
+      for line in f:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except (OSError, ValueError):
+    pass
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
+_IMPORT_UMASK = _read_umask()
+
+
+def _umask() -> int:
+  return _read_umask() if os.path.exists("/proc/self/status") else _IMPORT_UMASK
+
+
 @contextlib.contextmanager
 def open_atomically(path) -> Iterator[BinaryIO]:
   """A binary file that replaces `path` whole when the block ends without an error, for
@@ -96,9 +118,7 @@ def open_atomically(path) -> Iterator[BinaryIO]:
     with os.fdopen(fd, "wb") as f:
       yield f
     # mkstemp makes the file 0600: give it what a plain open() would (umask applied).
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)
+    os.chmod(tmp, 0o666 & ~_umask())
     os.replace(tmp, target)
   except BaseException:
     with contextlib.suppress(FileNotFoundError):

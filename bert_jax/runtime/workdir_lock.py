@@ -101,23 +101,56 @@ def _stderr(message: str) -> None:
   print(message, file=sys.stderr, flush=True)
 
 
-def acquire(workdir: str, warn: Optional[Callable[[str], None]] = None) -> str:
-  """Takes the workdir's lock; returns its path. ValueError when another run holds it."""
+def _remove_if_unchanged(path: str, judged: dict) -> None:
+  """Removes the lock we judged stale, and only that one: locally it is renamed to a name
+  of ours first (atomic; of two runs taking over together one rename wins), then its
+  content compared with what was judged; another run's fresh lock is put back."""
+  if paths.is_remote(path):  # no rename on an object store: delete, then create-if-absent
+    with contextlib.suppress(FileNotFoundError):
+      paths.resolve(path).unlink()
+    return
+  mine = f"{path}.stale-{os.getpid()}"
+  try:
+    os.rename(path, mine)
+  except FileNotFoundError:
+    return  # another run took it over first: our create below decides
+  if _read(mine) != judged and judged:
+    with contextlib.suppress(OSError):
+      os.link(mine, path)  # not the one judged: put back unless a newer one is there
+  with contextlib.suppress(FileNotFoundError):
+    os.unlink(mine)
+
+
+def acquire(workdir: str, warn: Optional[Callable[[str], None]] = None,
+            wait: bool = True) -> str:
+  """Takes the workdir's lock; returns its path. ValueError when another run holds it.
+  `wait`: a lock from another host whose heartbeat has stopped (two missed beats) is
+  waited for until it is stale, as a job requeued after a lost node must."""
   directory = paths.resolve(workdir)
   directory.mkdir(parents=True, exist_ok=True)
   path = str(directory / LOCK_NAME)
   me = {"pid": os.getpid(), "host": socket.gethostname(), "started": _now()}
   me["heartbeat"] = me["started"]
   data = json.dumps(me).encode("utf-8")
-  for _ in range(3):  # a stale lock removed, then the create raced by another run: retry
+  for _ in range(4):  # a stale lock removed, then the create raced by another run: retry
     if _create(path, data):
       return path
     owner = _read(path)
     if owner is None:
       continue  # released between the create and the read
     here = owner.get("host") == me["host"]
-    stale = (here and (owner.get("pid") == me["pid"] or not _alive(owner.get("pid")))) or (
-        not here and owner and _age_s(owner) > STALE_S)
+    # A heartbeat STALE_S old is stale from anywhere (a reused pid, another container
+    # under the same hostname); on this host a pid that runs no more is stale at once.
+    stale = bool(owner) and (_age_s(owner) > STALE_S or (here and (
+        owner.get("pid") == me["pid"] or not _alive(owner.get("pid")))))
+    if owner and not stale and not here and wait and _age_s(owner) > 2 * HEARTBEAT_S:
+      (warn or _stderr)(f"warning: --workdir {workdir} is locked by {_describe(owner)}, "
+                        f"whose heartbeat stopped {_age_s(owner):.0f} s ago: waiting until "
+                        f"it is {STALE_S:.0f} s old to take it over.")
+      while owner and _age_s(owner) <= STALE_S:
+        time.sleep(min(HEARTBEAT_S, STALE_S - _age_s(owner) + 1))
+        owner = _read(path)
+      continue  # released, refreshed or stale now: judged again
     if not stale and owner:
       raise ValueError(
           f"--workdir {workdir} is in use by another run ({_describe(owner)}): wait for it "
@@ -129,8 +162,7 @@ def acquire(workdir: str, warn: Optional[Callable[[str], None]] = None) -> str:
                          "retry in a moment or use another --workdir.")
     (warn or _stderr)(f"warning: taking over the stale lock of --workdir {workdir} "
          f"({_describe(owner) if owner else 'unreadable'}: that run is gone).")
-    with contextlib.suppress(FileNotFoundError):
-      paths.resolve(path).unlink()
+    _remove_if_unchanged(path, owner)
   raise ValueError(f"--workdir {workdir}: could not take {path} (other runs keep "
                    "creating it); use another --workdir.")
 
@@ -169,8 +201,29 @@ def hold(workdir: str, *, process_index: int = 0,
     yield path
   finally:
     stop.set()
-    beat.join(timeout=10)
+    beat.join()  # a heartbeat write in flight ends before the lock is removed
     release(path)
+
+
+@contextlib.contextmanager
+def hold_agreed(workdir: str) -> Iterator[Optional[str]]:
+  """hold() on a pod: process 0 takes the lock and every process learns the outcome
+  (multihost.allgather), so a refusal stops all of them with the same line instead of
+  leaving the others waiting for process 0 in their first collective."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import multihost  # pylint: disable=g-import-not-at-top
+  index = jax.process_index()
+  with contextlib.ExitStack() as stack:
+    refusal = ""
+    if index == 0:
+      try:
+        stack.enter_context(hold(workdir))
+      except ValueError as e:
+        refusal = str(e)
+    refusal = multihost.allgather("workdir-lock", refusal)[0]
+    if refusal:
+      raise ValueError(refusal)
+    yield str(paths.resolve(workdir) / LOCK_NAME) if index == 0 else None
 
 
 def _heartbeat(path: str, stop: threading.Event, every_s: Optional[float] = None) -> None:
@@ -181,6 +234,11 @@ def _heartbeat(path: str, stop: threading.Event, every_s: Optional[float] = None
       owner = _read(path)
       if not owner or owner.get("pid") != os.getpid() or (
           owner.get("host") != socket.gethostname()):
+        _stderr(f"error: the lock {path} is no longer this run's "
+                f"({_describe(owner) if owner else 'removed'}): another run may be writing "
+                "this workdir; stop one of them.")
+        return
+      if stop.is_set():  # released meanwhile: never re-create a removed lock
         return
       paths.write_atomically(path, json.dumps(dict(owner, heartbeat=_now())))
     except OSError:

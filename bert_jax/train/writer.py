@@ -250,6 +250,7 @@ class MetricWriter:
     try:  # a reader sees the old file or the new one (one upload on an object store)
       old = path.read_bytes() if step == 0 and path.exists() else b""
       if old.strip():
+        kept = []  # all of it is the earlier run's (its step-0 lines too)
         aside = path.parent / f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
         paths.write_atomically(aside, old)
         log(f"{path} held an earlier run's metrics and no checkpoint to resume: kept as "

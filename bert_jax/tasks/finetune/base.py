@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from bert_jax.runtime import multihost
 from bert_jax.runtime import paths
 from bert_jax.data import sampling
 from bert_jax.data import tokenizer as tokenizer_lib
@@ -215,10 +216,17 @@ class FinetuneTask:
     # The tokenizer goes into the workdir, so the fine-tuned checkpoints are
     # self-contained (predict mode, embed and HF export read it from there).
     self.tokenizer_dir = str(paths.resolve(workdir) / "tokenizer")  # local or gs://
+    refusal = ""  # process 0's verdict, which every process then raises alike
     if jax.process_index() == 0:
-      tokenizer_lib.keep_or_write(
-          self.tokenizer, str(paths.resolve(self.tokenizer_dir) / "tokenizer.json"),
-          self.config.get("init_from") or self.config.get("tokenizer") or "the config")
+      try:
+        tokenizer_lib.keep_or_write(
+            self.tokenizer, str(paths.resolve(self.tokenizer_dir) / "tokenizer.json"),
+            self.config.get("init_from") or "the config's data.vocab")
+      except ValueError as e:
+        refusal = str(e)
+    refusal = multihost.allgather("workdir-tokenizer", refusal)[0]
+    if refusal:
+      raise ValueError(refusal)
     self.train_examples, self.train_features = self.load_split("train", True)
     self.eval_examples, self.eval_features = self.load_split("eval", False)
     if not len(self.train_features["input_ids"]):
