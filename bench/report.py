@@ -102,11 +102,10 @@ def section(res: dict) -> list:
   sha = c["sha"][:10] + (" (dirty)" if c.get("dirty") else "")
   carried = f"; carried {res['carried']}" if res.get("carried") else ""
   goal = f"Goal: {goal_text(res)} ({met_text(res)}). " if res.get("goal") else ""
+  notes = f" {res['notes']}" if res.get("notes") else ""
   lines = [f"## {res['title']}",
            f"`{res['command']}`; commit `{sha}`, {res['date']}{carried}. "
-           f"Machine: {machine_text(res)}. {goal}Anchor: {res['anchor']}."]
-  if res.get("notes"):
-    lines.append(res["notes"])
+           f"Machine: {machine_text(res)}. {goal}Anchor: {res['anchor']}.{notes}"]
   if not res.get("goal"):  # data without a goal: its figures in one paragraph
     return lines + ["", "Figures: " + "; ".join(
         f"{cell(f['name'])} **{cell(value_text(f))}**" +
