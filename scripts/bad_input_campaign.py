@@ -127,6 +127,18 @@ def _predict_missing_workdir(d):
                f"--config.predict.input_file={_texts(d)}")
 
 
+def _rerun_with_another_tokenizer(d):
+  """A fine-tuning workdir trained with tiny_bert's vocabulary, rerun from MiniLM's."""
+  sys.path.insert(0, ROOT)
+  from bert_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
+  tok_dir = os.path.join(d, "run", "tokenizer")
+  os.makedirs(tok_dir)
+  tokenizer.keep_or_write(tokenizer.load_tokenizer(os.path.join(TINY_BERT, "vocab.txt")),
+                          os.path.join(tok_dir, "tokenizer.json"), "tiny_bert")
+  return _main("--config", "configs/finetune_classification.py:polarity", "--workdir",
+               os.path.join(d, "run"), "--config.data.max_train_examples=16")
+
+
 def _missing_train_file(d):
   return _main("--config", "configs/finetune_classification.py", "--workdir",
                os.path.join(d, "run"), "--config.data.source=file",
@@ -235,6 +247,11 @@ CASES = [
     Case("predict_missing_workdir", "predict with a `--workdir` that was never trained",
          "one line: train first", _predict_missing_workdir,
          r"^error: no checkpoint in .*never_trained/checkpoints: train the task first"),
+    Case("rerun_with_another_tokenizer", "a fine-tuning rerun whose `init_from` has "
+         "another tokenizer than the workdir's", "refused naming both, before any write",
+         _rerun_with_another_tokenizer,
+         r"^error: .*run/tokenizer/tokenizer\.json \(\d+ tokens\) is another tokenizer than "
+         r"this run's \(from .*, 30522 tokens\)"),
     Case("missing_train_file", "`data.train_file` that does not exist", "named",
          _missing_train_file, r"^error: config\.data\.train_file: .*train\.csv does not exist"),
     Case("newer_checkpoint", "a checkpoint written by newer code (format 99)",
