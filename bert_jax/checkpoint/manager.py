@@ -35,7 +35,8 @@ from orbax.checkpoint import checkpoint_managers as ocm
 
 from bert_jax.checkpoint import data_state as data_checkpoint
 from bert_jax.checkpoint import restore_errors
-from bert_jax.checkpoint.restore_errors import CheckpointFormatError, CheckpointReadError
+from bert_jax.checkpoint.restore_errors import (  # pylint: disable=unused-import
+    CheckpointFormatError, CheckpointReadError, NoRestorableCheckpointError)
 from bert_jax.runtime import multihost
 from bert_jax.runtime import paths
 # Reading without a run lives in checkpoint_read; its public names are re-exported here,
@@ -62,10 +63,6 @@ _STOPS = {"CheckpointMismatchError": CheckpointMismatchError,
           "DataLayoutError": data_checkpoint.DataLayoutError,
           "CheckpointReadError": CheckpointReadError,
           "CheckpointFormatError": CheckpointFormatError}
-
-
-class NoRestorableCheckpointError(ValueError):
-  """Every checkpoint of a workdir failed to restore, each for a reason of its files."""
 
 
 class CheckpointSaveError(OSError):

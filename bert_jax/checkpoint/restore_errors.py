@@ -37,6 +37,10 @@ class CheckpointReadError(OSError):
   the disk): the run stops here instead of rolling back to an older step."""
 
 
+class NoRestorableCheckpointError(ValueError):
+  """Every checkpoint of a workdir failed to restore, each for a reason of its files."""
+
+
 class CheckpointFormatError(ValueError):
   """A step written in a layout this code does not know (newer code wrote it)."""
 
