@@ -2,7 +2,6 @@
 for multihost.allgather: its step list and its restore outcomes are what another host would
 report (two real processes: tests/train/test_loop_multihost.py); and keep_checkpoints below
 one refused before a checkpoint is touched."""
-import hashlib
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax.checkpoint import manager as ckpt_lib
 from bert_jax.runtime import multihost
+from scripts.bad_input_campaign import digests
 
 
 def _state(value: float):
@@ -100,32 +100,21 @@ def test_when_every_step_fails_somewhere_all_stop_with_one_error(tmp_path, monke
   assert ckpt_lib.Checkpointer(str(tmp_path / "ck")).all_steps() == [2, 4]  # nothing renamed
 
 
-def _digests(root) -> dict:
-  """sha256 of every file under root, by relative path."""
-  out = {}
-  for dirpath, _, files in os.walk(root):
-    for name in files:
-      path = os.path.join(dirpath, name)
-      with open(path, "rb") as f:
-        out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-  return out
-
-
 @pytest.mark.parametrize("keep", [0, -1, True, 2.5, "3"])
 def test_keeping_fewer_than_one_checkpoint_is_refused_before_the_manager(tmp_path, keep):
   """orbax's LatestN(0) would delete every step: Checkpointer refuses, naming the field."""
   saved = _saved(tmp_path)
-  before = _digests(tmp_path / "ck")
+  before = digests(tmp_path / "ck")
   with pytest.raises(ValueError, match=r"train\.keep_checkpoints=.*expected an integer >= 1"):
     ckpt_lib.Checkpointer(str(tmp_path / "ck"), keep=keep, async_save=False)
-  assert _digests(tmp_path / "ck") == before and saved.all_steps() == [2, 4]
+  assert digests(tmp_path / "ck") == before and saved.all_steps() == [2, 4]
 
 
 def test_the_cli_refuses_keep_checkpoints_0_in_one_line_and_loses_nothing(tmp_path):
   """Through the real training CLI, before data preparation or any write."""
   _saved(tmp_path / "run").wait()
   os.rename(tmp_path / "run" / "ck", tmp_path / "run" / "checkpoints")
-  before = _digests(tmp_path / "run")
+  before = digests(tmp_path / "run")
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   proc = subprocess.run(
       [sys.executable, "-m", "bert_jax.main", "--config", "configs/bert_tiny.py",
@@ -137,7 +126,7 @@ def test_the_cli_refuses_keep_checkpoints_0_in_one_line_and_loses_nothing(tmp_pa
   assert errors == ["error: train.keep_checkpoints=0; expected an integer >= 1 (the "
                     "checkpoints to keep: fewer would delete every checkpoint of the run)."]
   assert "Traceback" not in proc.stderr
-  assert _digests(tmp_path / "run") == before and not (tmp_path / "data").exists()
+  assert digests(tmp_path / "run") == before and not (tmp_path / "data").exists()
 
 
 
@@ -146,7 +135,7 @@ def test_a_storage_error_is_retried_then_reported_never_rolled_back(tmp_path, mo
   stays, one CheckpointReadError, every step where it was, nothing moved aside."""
   from bert_jax.checkpoint import restore_errors
   ck = _saved(tmp_path)
-  before = _digests(tmp_path / "ck")
+  before = digests(tmp_path / "ck")
   real_read, calls = ck._read, []
   monkeypatch.setattr(restore_errors.time, "sleep", lambda s: calls.append(("sleep", s)))
 
@@ -166,7 +155,7 @@ def test_a_storage_error_is_retried_then_reported_never_rolled_back(tmp_path, mo
                      match=r"ck/4 could not be read after 3 tries \(UNAVAILABLE.*nothing was "
                            r"rolled back or moved"):
     ck.restore(_abstract())
-  assert _digests(tmp_path / "ck") == before and ck.all_steps() == [2, 4]
+  assert digests(tmp_path / "ck") == before and ck.all_steps() == [2, 4]
 
 
 def test_a_step_written_in_a_newer_format_is_one_error_naming_both_versions(tmp_path):

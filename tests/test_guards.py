@@ -2,9 +2,8 @@
 line naming the field, before a run writes anything; through the real CLI for a workdir
 over the model it starts from and for a workdir another run holds."""
 import datetime
-import hashlib
-import re
 import json
+import re
 import os
 import socket
 import subprocess
@@ -15,18 +14,9 @@ import pytest
 
 from bert_jax import guards
 from bert_jax.configs import bert_tiny, finetune_classification, word2vec
+from scripts.bad_input_campaign import digests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _digests(root) -> dict:
-  out = {}
-  for d, _, files in os.walk(root):
-    for name in files:
-      path = os.path.join(d, name)
-      with open(path, "rb") as f:
-        out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
-  return out
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -123,10 +113,10 @@ def test_the_cli_refuses_in_one_line_and_loses_nothing(tmp_path, case):
     (run / ".bert_jax.lock").write_text(json.dumps(lock))
     expected = (rf"error: --workdir {run} is in use by another run \(pid {os.getpid()} on "
                 rf"{socket.gethostname()}, started {re.escape(now)}\)")
-  before = _digests(run)
+  before = digests(run)
   proc = _cli(run, *flags)
   assert proc.returncode == 2, proc.stderr
   errors = [l for l in proc.stderr.splitlines() if l.startswith("error:")]
   assert len(errors) == 1 and re.match(expected, errors[0]), proc.stderr
   assert "Traceback" not in proc.stderr
-  assert _digests(run) == before and not (tmp_path / "data").exists()
+  assert digests(run) == before and not (tmp_path / "data").exists()

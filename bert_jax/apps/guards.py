@@ -35,12 +35,7 @@ WRITTEN = ("checkpoints", "tokenizer", "hf", "metrics.jsonl", "predictions.jsonl
            "wandb_run_id", ".bert_jax.lock")
 
 
-def field(config, key: str):
-  """config's value at a dotted key, or None where a section or the field is missing."""
-  value = config
-  for part in key.split("."):
-    value = value.get(part) if hasattr(value, "get") else None
-  return value
+field = paths.config_value  # config's value at a dotted key, or None
 
 
 def _normalized(path: str) -> str:

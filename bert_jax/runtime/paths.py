@@ -161,13 +161,19 @@ _CONFIG_PATHS = ("init_from", "data.data_dir", "data.vocab_path", "data.vocab",
                  "predict.input_file", "predict.output_file")
 
 
+def config_value(config, key: str):
+  """config's value at a dotted key, or None where a section or the field is missing."""
+  value = config
+  for part in key.split("."):
+    value = value.get(part) if hasattr(value, "get") else None
+  return value
+
+
 def check_config(config) -> None:
   """check_filesystem on each of a run config's paths that is set: a gs:// path without
   gcsfs is one line at startup, not an error (or a local `gs:` directory) hours later."""
   for key in _CONFIG_PATHS:
-    value = config
-    for part in key.split("."):
-      value = value.get(part) if hasattr(value, "get") else None
+    value = config_value(config, key)
     if isinstance(value, str):
       check_filesystem(value, f"config.{key}")
   data = config.get("data") or {}
