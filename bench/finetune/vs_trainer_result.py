@@ -33,8 +33,8 @@ def _figures(name: str, s: dict, table: dict, epochs: float) -> list:
       if b in table:
         out.append(results_io.figure(
             f"{who} examples/s / {label}", round(s["eps"] / table[b]["eps"], 2), "x",
-            f"steady rates; whole-process wall clock {table[b]['wall'] / s['wall']:.2f}x "
-            "shorter"))
+            f"steady rates; whole-process wall clock, theirs / ours: "
+            f"{table[b]['wall'] / s['wall']:.2f}"))
   acc = [a for a in s["accuracy"] if math.isfinite(a)]
   if acc:  # the mean over the seeds
     out.append(results_io.figure(
