@@ -107,6 +107,11 @@ def main(argv=None) -> int:
   if bad:
     p.error(f"unknown arguments {bad} (only --config.x=y overrides are passed through)")
   if args.aot:
+    # Settled as an entry point (JAX_PLATFORMS=cpu, libtpu's one-host settings where no
+    # TPU is), but only for --aot, which compiles here: the runs of the other modes
+    # inherit this environment (a login node's JAX_PLATFORMS=cpu would follow sbatch).
+    from bert_jax import hardware  # pylint: disable=g-import-not-at-top
+    hardware.configure()
     try:
       table = aot.aot_table(aot.aot_rows(args.config, args.aot, extra, args.jsonl,
                                           args.where), args.aot)

@@ -141,6 +141,8 @@ def main():
   p.add_argument("--no-result", "--no_result", dest="no_result", action="store_true",
                  help="with --train: print the result's headline only; write no file")
   args = p.parse_args()
+  from bert_jax import hardware  # pylint: disable=g-import-not-at-top
+  hardware.configure()  # as the CLIs: no TPU attempt (nor libtpu's lines) without a TPU
   if not args.train:
     config = load_config(args.config, args.data_dir, args.matmul_dtype)
     got = evaluate(config, args.workdir, args.batch_size)

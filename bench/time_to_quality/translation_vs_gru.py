@@ -102,6 +102,8 @@ def main():
   parser.add_argument("--no-result", "--no_result", dest="no_result", action="store_true",
                       help="print the result's headline only; write no result file")
   args = parser.parse_args()
+  from bert_jax import hardware  # pylint: disable=g-import-not-at-top
+  hardware.configure()  # evaluate() runs jax here: as the CLIs, no TPU attempt without one
   load_before = results_io.load()
   os.makedirs(args.root, exist_ok=True)
   table = {}

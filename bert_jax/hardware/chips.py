@@ -125,8 +125,13 @@ def topology_devices(name: str):
   """(chip, compile-only devices of the slice): needs the libtpu wheel, not a TPU."""
   import os  # pylint: disable=g-import-not-at-top
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  from bert_jax.hardware import libtpu_env  # pylint: disable=g-import-not-at-top
   chip, topology = parse_topology(name)
   drop_cpu_only_xla_flags()
+  # libtpu starts here: without a TPU, what hardware.configure() sets for it (a caller
+  # may have no entry point: launch/sweep.py --aot, a notebook). Before libtpu, or it
+  # prints its E0000 lines about TPU_WORKER_HOSTNAMES.
+  libtpu_env.single_host_defaults()
   # libtpu takes an exclusive lock file per machine; compiling never touches a chip, so
   # several compile-only processes (tests, sweeps) may load it side by side.
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")

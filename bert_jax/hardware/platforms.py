@@ -19,6 +19,10 @@ What counts as a sign of an accelerator, each leaving everything as jax has it:
 A real TPU VM therefore finds its TPU exactly as before. A container that hides both
 the PCI devices and /dev/accel* from a TPU host must say JAX_PLATFORMS=tpu,cpu (or set
 the TPU_* variables its launcher normally sets).
+
+libtpu still starts where a program asks for it (bert_jax.aot's compile-only topologies,
+jax's TPU attempt on a GPU machine): libtpu_env.py gives it one host's settings there,
+and those defaults (named in BERT_JAX_LIBTPU_DEFAULTS) are no sign of an accelerator.
 """
 from __future__ import annotations
 
@@ -32,6 +36,9 @@ import sys
 _ENV = ("JAX_PLATFORMS", "JAX_FORCE_TPU_INIT", "TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID",
         "TPU_ACCELERATOR_TYPE", "TPU_NAME", "TPU_HOST_BOUNDS", "TPU_CHIPS_PER_HOST_BOUNDS",
         "TPU_PROCESS_BOUNDS", "TPU_PROCESS_ADDRESSES", "TPU_VISIBLE_CHIPS", "TPU_ML_PLATFORM")
+# libtpu_env.py's single-host defaults, as NAME=VALUE words: set by this package on a
+# machine without a TPU, they are no sign of one (in this process or its children).
+DEFAULTED = "BERT_JAX_LIBTPU_DEFAULTS"
 _GOOGLE_PCI_VENDOR = "0x1ae0"
 _TPU_DEVICE_FILES = ("dev/accel*", "dev/vfio/[0-9]*")
 _GPU_DEVICE_FILES = ("dev/nvidia0", "dev/nvidiactl", "dev/dxg", "dev/kfd")
@@ -56,7 +63,7 @@ def tpu_chips(root: str = "/") -> list[str]:
 def accelerator_signs(root: str = "/", environ=None) -> list[str]:
   """What suggests that jax could find an accelerator here (empty: nothing)."""
   environ = os.environ if environ is None else environ
-  signs = [k for k in _ENV if environ.get(k)] + tpu_chips(root)
+  signs = _set_variables(environ) + tpu_chips(root)
   for pattern in _GPU_DEVICE_FILES:
     signs += glob.glob(os.path.join(root, pattern))
   if root == "/":  # the installed plugins are this interpreter's, not a test root's
@@ -64,6 +71,22 @@ def accelerator_signs(root: str = "/", environ=None) -> list[str]:
     signs += [f"jax_plugins:{e.name}"
               for e in importlib.metadata.entry_points(group="jax_plugins")]
   return signs
+
+
+def tpu_signs(root: str = "/", environ=None) -> list[str]:
+  """What suggests a TPU here (empty: none): its chips (tpu_chips), a TPU variable a user
+  or launcher set (TPU_*, JAX_FORCE_TPU_INIT), or JAX_PLATFORMS naming tpu."""
+  environ = os.environ if environ is None else environ
+  signs = [k for k in _set_variables(environ) if k != "JAX_PLATFORMS"]
+  if "tpu" in environ.get("JAX_PLATFORMS", "").lower():
+    signs.append("JAX_PLATFORMS")
+  return signs + tpu_chips(root)
+
+
+def _set_variables(environ) -> list[str]:
+  """The variables of _ENV that have a value, but for libtpu_env.py's own defaults."""
+  ours = dict(w.split("=", 1) for w in environ.get(DEFAULTED, "").split() if "=" in w)
+  return [k for k in _ENV if environ.get(k) and environ.get(k) != ours.get(k)]
 
 
 def cpu_without_accelerator(root: str = "/", environ=None) -> bool:
