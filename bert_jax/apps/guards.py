@@ -30,9 +30,9 @@ INPUT_FIELDS = ("init_from", "data.train_file", "data.eval_file", "data.test_fil
 
 # What a run writes in its workdir (loop, tasks, export_hf, word2vec): an input there
 # would be overwritten or deleted.
-WRITTEN = ("checkpoints", "tokenizer", "hf", "metrics.jsonl", "predictions.jsonl",
-           "data/test.de", "data/test.en", "vectors.txt", "vectors.bin", "wandb",
-           "wandb_run_id", ".bert_jax.lock")
+WRITTEN = ("checkpoints", "tokenizer", "labels.json", "hf", "metrics.jsonl",
+           "predictions.jsonl", "data/test.de", "data/test.en", "vectors.txt", "vectors.bin",
+           "wandb", "wandb_run_id", ".bert_jax.lock")
 
 
 field = paths.config_value  # config's value at a dotted key, or None

@@ -90,5 +90,6 @@ def _predict(config: ml_collections.ConfigDict, workdir: str) -> str:
                      f"not {config.task!r}.")
   from bert_jax.tasks.finetune import predict  # pylint: disable=g-import-not-at-top
   step_dir = predict.checkpoint_step_dir(config, workdir)
-  task = get_task(predict.task_config(config, step_dir))  # the checkpoint's encoder
+  # The checkpoint's encoder; the run's labels, tokenizer and input settings (its workdir).
+  task = get_task(predict.task_config(config, step_dir, workdir))
   return predict.predict(config, workdir, task, step_dir)

@@ -310,7 +310,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   # left the others waiting in the next step's collectives (multihost.StopVote).
   several = jax.process_count() > 1
   agree = multihost.StopVote().cast if several else (lambda name: name)
-  stopped_by = ""
+  stopped_by, ahead = "", None
   with Preemption(agreed=several) as preempt, _saves_finish_first(ckpt), mesh:
     while step < total_steps:
       if _phase_of(plan, step) != phase:
@@ -321,6 +321,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
       batch = to_global(next(train_iter))
       state, m = profiler.run(step + 1, p_train, state, batch)
       step += 1
+      # The host at most one step ahead of the device (the last step's metrics ready before
+      # this step's stop check): a signal is seen in the step in progress, not at the next
+      # log step, up to which an unbounded host had queued its steps (issue 66).
+      jax.block_until_ready(ahead)
+      ahead = m
       stopped_by = agree(preempt.name)  # "" = go on (several processes: one step late)
       window.add(m, *step_cost)
 

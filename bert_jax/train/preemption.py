@@ -23,13 +23,15 @@ HOLD_SIGTERM_AFTER_A_STOP = False
 
 
 class Preemption:
-  """SIGTERM (preemption) or a first Ctrl-C (SIGINT) sets a flag: the loop saves at the
-  next step and exits cleanly. A second Ctrl-C interrupts at once, as Python's default
-  (a Ctrl-C was a KeyboardInterrupt traceback that lost the steps since the last save).
-  With several processes the flag is only this process's vote: every process stops at
-  the step they agree on (bert_jax/runtime/multihost.py StopVote), the next step at the latest.
-  The SLURM (scancel, time limit) and TPU (preemption, maintenance) launchers send
-  SIGTERM."""
+  """SIGTERM (preemption) or a first Ctrl-C (SIGINT) sets a flag: the loop saves the step
+  in progress and exits cleanly. It checks the flag every step, and keeps at most one
+  step queued ahead of the device, so that step is the one the device runs when the
+  signal comes, or the one queued behind it. A second Ctrl-C interrupts at once, as
+  Python's default (a Ctrl-C was a KeyboardInterrupt traceback that lost the steps since
+  the last save). With several processes the flag is only this process's vote, read by
+  all one step later: every process stops at the step they agree on, the step after
+  this process's step in progress (bert_jax/runtime/multihost.py StopVote). The SLURM
+  (scancel, time limit) and TPU (preemption, maintenance) launchers send SIGTERM."""
 
   _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -43,8 +45,8 @@ class Preemption:
     # already); Python's default would then kill it mid-way, exit status -15, not 0.
     self.stopping = False
     self._previous = {}
-    self._when = "the end of the next step, once every process agrees" if agreed else (
-        "the end of this step")
+    self._when = ("the end of the step every process agrees on (the next one: the votes "
+                  "are read a step later)") if agreed else "the end of the step in progress"
 
   def __enter__(self):
     if threading.current_thread() is threading.main_thread():

@@ -131,7 +131,8 @@ def test_a_first_ctrl_c_asks_for_a_save_a_second_interrupts(capsys):
   with preemption.Preemption() as preempt:
     os.kill(os.getpid(), signal.SIGINT)
     assert preempt.requested and preempt.name == "SIGINT"
-    assert "Ctrl-C: saving at the end of this step" in capsys.readouterr().out
+    assert "Ctrl-C: saving at the end of the step in progress, then exiting" in (
+        capsys.readouterr().out)
     with pytest.raises(KeyboardInterrupt):
       os.kill(os.getpid(), signal.SIGINT)
   assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
@@ -514,3 +515,51 @@ def test_a_sigterm_during_the_final_save_still_ends_saved(data_dir, tmp_path, mo
   assert result["step"] == 2 and result["stopped_by"] == "SIGTERM"
   monkeypatch.undo()
   assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps() == [2]
+
+
+def test_a_ctrl_c_saves_the_step_it_came_in_not_the_next_log_step(data_dir, tmp_path,
+                                                                   monkeypatch, capsys):
+  """One host: a Ctrl-C while the device is in step 2 (of 6, logging only at step 6)
+  saves step 2 or the step queued behind it, 3. The host used to queue every step up to
+  the next log step and wait there, where it first saw the flag: without the loop's
+  bound on queued steps this test saves step 6 (issue 66: 50 steps late at log_every 50).
+  The device here is slow and its progress known: before each step it runs a host
+  callback (a 50 ms sleep, then, before step 2, the SIGINT)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  seen, lock = set(), threading.Lock()
+
+  def before_step(step):  # on the device's thread: step = the steps done so far
+    with lock:  # once a step (an SPMD program may call it on every device)
+      first = int(step) not in seen
+      seen.add(int(step))
+    if first:
+      time.sleep(0.05)
+      if int(step) + 1 == 2:
+        os.kill(os.getpid(), signal.SIGINT)
+    return np.zeros((), np.int32)
+
+  gate = jax.jit(lambda s: s.replace(step=s.step + jax.pure_callback(
+      before_step, jax.ShapeDtypeStruct((), jnp.int32), s.step)))
+  real_jit_steps = loop.jit_steps
+
+  def slow_device(*args):
+    p_train, p_eval = real_jit_steps(*args)
+    return (lambda state, batch: p_train(gate(state), batch)), p_eval
+  monkeypatch.setattr(loop, "jit_steps", slow_device)
+  # One device, as a CLI run on a CPU has: on the 8 fake devices a step's launch itself
+  # waits for the step before (measured), so the host cannot queue ahead there at all.
+  monkeypatch.setattr(parallel, "fit_mesh_shape", lambda *args: (1, 1, 1))
+  create_mesh = parallel.create_mesh
+  monkeypatch.setattr(parallel, "create_mesh",
+                      lambda shape: create_mesh(shape, devices=jax.devices()[:1]))
+  config = e2e_config(data_dir)
+  config.train.update(log_every=6, checkpoint_every=6)
+  workdir = str(tmp_path / "run")
+  result = loop.train_and_evaluate(config, workdir, registry.get_task(config))
+  out = capsys.readouterr().out
+  assert result["stopped_by"] == "SIGINT" and result["step"] in (2, 3), (result, out)
+  assert "Ctrl-C: saving at the end of the step in progress" in out
+  assert f"SIGINT: saved step {result['step']} in" in out
+  assert ckpt_lib.Checkpointer(os.path.join(workdir, "checkpoints")).all_steps() == [
+      result["step"]]

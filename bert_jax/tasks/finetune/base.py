@@ -38,6 +38,7 @@ from bert_jax.data import sampling
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.layers.param_layout import unrolled_to_scan
 from bert_jax.tasks.finetune import packing
+from bert_jax.tasks.finetune import workdir_labels
 from bert_jax.train import losses
 from bert_jax.train.defaults import for_platform, transformer_config
 from bert_jax.train.writer import log
@@ -75,9 +76,11 @@ def _resolve_encoder(config: ml_collections.ConfigDict):
 
 
 def labels_option(config) -> Optional[tuple]:
-  """config.data.labels "a,b,c" -> ("a", "b", "c"), or None when unset."""
-  text = config.data.get("labels") or ""
-  return tuple(x.strip() for x in text.split(",") if x.strip()) or None
+  """data.labels "a,b,c" (predict: labels.json's list) -> ("a", "b", "c"); None: unset."""
+  value = config.data.get("labels") or ""
+  items = [str(x) for x in value] if isinstance(value, (list, tuple)) else [
+      x.strip() for x in value.split(",")]
+  return tuple(x for x in items if x) or None
 
 
 class Split:
@@ -222,6 +225,7 @@ class FinetuneTask:
         tokenizer_lib.keep_or_write(
             self.tokenizer, str(paths.resolve(self.tokenizer_dir) / "tokenizer.json"),
             self.config.get("init_from") or "the config's data.vocab")
+        workdir_labels.keep_or_write(self, workdir)  # predict mode reads the labels there
       except ValueError as e:
         refusal = str(e)
     refusal = multihost.allgather("workdir-tokenizer", refusal)[0]

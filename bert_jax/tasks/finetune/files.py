@@ -28,12 +28,13 @@ def undecodable(values) -> bool:
 
 
 def rows(path: pathlib.Path, file_format: str, fieldnames, log: SkipLog,
-         required: Sequence[str] = ()) -> Iterable:
+         required: Sequence[str] = (),
+         fix: str = "set the *_key arguments or fieldnames") -> Iterable:
   """(line number, dict) per record; malformed records are skipped into `log`.
 
   A record with bytes that are not UTF-8 is skipped (non_utf8), not decoded into
   U+FFFD text nobody asked for. For CSV/TSV, `required` columns missing from the header
-  raise: that is a wrong configuration, not a bad line.
+  raise (`fix` says how to name them): that is a wrong configuration, not a bad line.
   """
   # surrogateescape: a bad byte fails its own record, not the whole file.
   with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
@@ -63,7 +64,7 @@ def rows(path: pathlib.Path, file_format: str, fieldnames, log: SkipLog,
       raise ValueError(f"{path}: line 1: unreadable header row: {e}") from e
     if set(required) - set(header):
       raise ValueError(f"{path}: columns {sorted(set(required) - set(header))} not in the "
-                       f"header {header}; set the *_key arguments or fieldnames.")
+                       f"header {header}; {fix}.")
     while True:
       last = reader.line_num
       try:

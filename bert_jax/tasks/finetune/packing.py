@@ -122,10 +122,19 @@ class PackPlan:
     if self.block:
       blocks = (f"; {self.num_rows - self.num_whole} of them in blocks of {self.block} "
                 f"(attention within a block), {self.num_whole} whole")
+    # What a step of this data holds: its rows over the epoch's steps (the last step is
+    # padded with empty rows), not rows_per_step full rows, which fewer rows than a
+    # step's cannot fill.
+    steps = self.batches_per_epoch(rows_per_step)
+    if self.num_rows < rows_per_step:
+      step = (f"a step of {rows_per_step} rows holds all {n} examples in its first "
+              f"{self.num_rows} rows, the other {rows_per_step - self.num_rows} empty")
+    else:
+      step = (f"~{n / steps:.0f} examples a step of {rows_per_step} rows "
+              f"({steps} step{'s' if steps > 1 else ''} an epoch)")
     return (f"packing: {n} examples in {self.num_rows} rows of {self.row_length} "
             f"(first-fit decreasing, <= {self.max_per_row} a row{blocks}): "
-            f"{100 * self.fill:.1f}% real tokens, {per_row:.2f} examples a row, "
-            f"~{rows_per_step * per_row:.0f} examples a step of {rows_per_step} rows")
+            f"{100 * self.fill:.1f}% real tokens, {per_row:.2f} examples a row, {step}")
 
 
 def _layout(descending: np.ndarray, row_length: int, max_per_row: int, block: int):

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.configs import finetune_classification, finetune_ner, finetune_squad
 from bert_jax.interop import hf_load
 from bert_jax.tasks import registry
 from bert_jax.train import loop
@@ -151,10 +152,20 @@ def test_classification_file_trains_keeps_best_and_predicts(csv_files, tmp_path,
   for r in rows:
     assert r["label"] in ("neg", "pos")
     assert abs(sum(r["probabilities"].values()) - 1.0) < 1e-5
-  # A config whose head differs from the trained one is named, not silently applied.
-  from bert_jax.checkpoint.manager import CheckpointMismatchError  # pylint: disable=g-import-not-at-top
+  # The head is the workdir's: another pooling on the command line is not applied (the
+  # log names the run's), so the trained [CLS] pooler predicts as before.
+  capsys.readouterr()
   c.pooling = "mean"
-  with pytest.raises(CheckpointMismatchError, match="unexpected in checkpoint.*pooler"):
+  c.predict.output_file = str(tmp_path / "mean.jsonl")
+  again = [json.loads(line) for line in open(registry.run(c, str(tmp_path)), encoding="utf-8")]
+  assert "pooling='cls'" in capsys.readouterr().out
+  assert [r["probabilities"] for r in again] == [r["probabilities"] for r in rows]
+  # A head that differs from the trained one (a labels.json edited since) is named, not
+  # silently applied.
+  from bert_jax.checkpoint.manager import CheckpointMismatchError  # pylint: disable=g-import-not-at-top
+  (tmp_path / "labels.json").write_text('{"labels": ["neg", "pos", "neutral"]}')
+  with pytest.raises(CheckpointMismatchError,
+                     match=r"(?s)classifier.*\(predict builds the head"):
     registry.run(c, str(tmp_path))
 
 
@@ -170,15 +181,36 @@ def records_mock(records):
   return mock(records)
 
 
-def test_glue_sst2_one_real_training_run_under_mock_data(tmp_path, tfds):
+def predict_without_tfds(monkeypatch, config_module, arg, workdir, input_file):
+  """The rows predict mode writes for `input_file` with only the workdir and the config
+  file's defaults (no tfds mock); any tfds read fails the test: the labels and settings
+  are the workdir's, the training data is not read again."""
+  from bert_jax.tasks.finetune import tfds as tfds_lib  # pylint: disable=g-import-not-at-top
+
+  def refuse(*args, **kwargs):
+    raise AssertionError(f"predict read tfds: {args} {kwargs}")
+  monkeypatch.setattr(tfds_lib, "load", refuse)
+  c = config_module.get_config(arg)
+  c.mode, c.predict.input_file = "predict", str(input_file)
+  with open(registry.run(c, str(workdir)), encoding="utf-8") as f:
+    return [json.loads(line) for line in f]
+
+
+def test_glue_sst2_one_real_training_run_under_mock_data(tmp_path, tfds, monkeypatch):
   c = tiny("classification", "glue/sst2", "accuracy")
   with tfds.testing.mock_data(num_examples=16):
     result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
   assert result["step"] == 2 and np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/accuracy"] <= 1.0
+  texts = tmp_path / "texts.csv"
+  texts.write_text("sentence\nA fine film.\n", encoding="utf-8")
+  rows = predict_without_tfds(monkeypatch, finetune_classification, "sst2", tmp_path, texts)
+  assert [r["text_a"] for r in rows] == ["A fine film."]
+  assert list(rows[0]["probabilities"]) == ["negative", "positive"]  # GLUE's names
+  assert rows[0]["label"] in ("negative", "positive")
 
 
-def test_conll2003_one_real_training_run_under_mock_data(tmp_path, tfds):
+def test_conll2003_one_real_training_run_under_mock_data(tmp_path, tfds, monkeypatch):
   del tfds  # records_mock uses it
   from bert_jax.tasks.finetune.ner.data import CONLL2003_NER_TAGS as tags
   sentences = [(["EU", "rejects", "German", "call"], ["B-ORG", "O", "B-MISC", "O"]),
@@ -190,9 +222,16 @@ def test_conll2003_one_real_training_run_under_mock_data(tmp_path, tfds):
     result = loop.train_and_evaluate(c, str(tmp_path), registry.get_task(c))
   assert result["step"] == 1 and np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/f1"] <= 1.0 and 0.0 <= result["eval/precision"] <= 1.0
+  texts = tmp_path / "texts.txt"  # plain text: one sentence a line, split on whitespace
+  texts.write_text("EU rejects German call\nPeter Blackburn\n", encoding="utf-8")
+  rows = predict_without_tfds(monkeypatch, finetune_ner, "conll2003", tmp_path, texts)
+  assert [r["tokens"] for r in rows] == [["EU", "rejects", "German", "call"],
+                                         ["Peter", "Blackburn"]]
+  assert [len(r["tags"]) for r in rows] == [4, 2]  # a tag per word
+  assert all(t in tags for r in rows for t in r["tags"])
 
 
-def test_squad_one_real_training_run_under_mock_data(tmp_path, tfds):
+def test_squad_one_real_training_run_under_mock_data(tmp_path, tfds, monkeypatch):
   del tfds  # records_mock uses it
   records = [
       {"id": f"q{i}", "title": "Shanghai", "context": CTX,
@@ -208,6 +247,18 @@ def test_squad_one_real_training_run_under_mock_data(tmp_path, tfds):
   assert result["step"] == -(-len(windows) // 8)  # one epoch of windows, batch 8
   assert np.isfinite(result["train/loss"])
   assert 0.0 <= result["eval/exact_match"] <= 100.0 and 0.0 <= result["eval/f1"] <= 100.0
+  # New questions, without answers; the config's 384-token windows would not fit the
+  # tiny model's 64 positions: the run's 32 (doc stride 8) come from the workdir.
+  questions = tmp_path / "questions.json"
+  questions.write_text(json.dumps({"data": [{"title": "Shanghai", "paragraphs": [
+      {"context": CTX, "qas": [{"id": "new1", "question": "Which city is in China?"}]}]}]}))
+  rows = predict_without_tfds(monkeypatch, finetune_squad, "v1.1", tmp_path / "run",
+                              questions)
+  assert [r["id"] for r in rows] == ["new1"] and isinstance(rows[0]["answer"], str)
+  assert 1 <= len(rows[0]["nbest"]) <= 5
+  assert all(sorted(n) == ["probability", "text"] for n in rows[0]["nbest"])
+  official = json.loads((tmp_path / "run" / "predictions.json").read_text())
+  assert official == {"new1": rows[0]["answer"]}
 
 
 def test_interrupted_fine_tuning_resumes_exactly(csv_files, tmp_path, monkeypatch):

@@ -45,6 +45,24 @@ def test_jsonl_reader_and_wrong_column_names(testdata, tmp_path):
   assert (exs[0].text_a, exs[0].label) == ("good stuff", "1")
 
 
+def test_a_csv_without_the_columns_names_the_ones_it_needs(tmp_path):
+  """One line naming what is missing and the columns the run reads, as the config names
+  them (docs/fine-tuning.md: `sentence[,sentence2],label`)."""
+  path = tmp_path / "train.csv"
+  path.write_text("text,y\nfine,pos\n")
+  fix = "(name yours with --config.data.text_a_key, text_b_key and label_key)."
+  with pytest.raises(ValueError) as e:
+    cls_data.read_classification_file(path)
+  assert str(e.value) == (f"{path}: columns ['label', 'sentence'] not in the header "
+                          f"['text', 'y']; this file needs the columns sentence,label {fix}")
+  with pytest.raises(ValueError) as e:
+    cls_data.read_classification_file(path, "sentence", "sentence2")
+  assert "this file needs the columns sentence,sentence2,label (" in str(e.value)
+  with pytest.raises(ValueError) as e:  # predict's input: the text columns only
+    cls_data.read_classification_file(path, label_key=None)
+  assert str(e.value).endswith(f"; this file needs the columns sentence {fix}")
+
+
 def test_ner_jsonl_reader(testdata, tokenizer):
   exs, log = ner_data.read_ner_jsonl(testdata / "ner.jsonl", label_list=CONLL2003_NER_TAGS)
   assert [(list(e.words), e.tags) for e in exs] == [
@@ -74,6 +92,16 @@ def test_squad_json_reader(testdata):
   assert log.notes["answer_text_mismatch"] == 1  # a1's second answer: kept as gold text
   assert squad_data.squad_gold_answers(exs) == {"a1": ["Shanghai", "shanghai"], "a2": [],
                                              "a6": ["China"]}
+
+
+def test_squad_predict_input_keeps_questions_without_answers(testdata):
+  """Predict mode's input is new questions: a4 (no answers) is kept there, where
+  training and evaluation skip it (missing_label); the other skips are the same."""
+  exs, log = squad_data.read_squad_json(testdata / "squad_v2.json", unlabeled=True)
+  assert [e.qid for e in exs] == ["a1", "a2", "a4", "a6"]
+  assert exs[2].answers == () and not exs[2].is_impossible
+  assert dict(log.skipped) == {"empty_text": 1, "duplicate_id": 1, "malformed_answers": 1,
+                               "malformed_record": 2}
 
 
 def test_polarity_split_is_deterministic_balanced_and_decoded():

@@ -348,3 +348,21 @@ def test_rows_in_blocks_hold_every_example_once_and_batch_apart():
     kinds = [set((r[r >= 0] >= plan.num_whole).tolist()) for r in table]
     assert sum(len(k) > 1 for k in kinds) <= 1
   assert not np.array_equal(tables[0], tables[1])
+
+
+def test_the_start_up_line_says_what_a_step_of_this_data_holds():
+  """30 examples of 8 tokens fill 2 rows of 128 (16 and 14): a step of 8 rows holds the
+  30, not 8 rows x 15 = "~120 examples a step" as it said. 100 examples of 32 tokens fill
+  25 rows (4 a row): 4 steps of 8 rows an epoch, 25 examples a step, not 8 x 4 = 32."""
+  def plan(n, length):
+    mask = (np.arange(128)[None] < np.full((n, 1), length)).astype(np.int32)
+    return packing.PackPlan({"input_mask": mask}, 128, 16)
+  small = plan(30, 8)
+  assert small.num_rows == 2
+  assert small.summary(8).endswith(
+      "15.00 examples a row, a step of 8 rows holds all 30 examples in its first 2 rows, "
+      "the other 6 empty")
+  large = plan(100, 32)
+  assert (large.num_rows, large.batches_per_epoch(8)) == (25, 4)
+  assert large.summary(8).endswith(
+      "4.00 examples a row, ~25 examples a step of 8 rows (4 steps an epoch)")

@@ -51,7 +51,10 @@ def read_classification_file(
   keys = [k for k in (text_a_key, text_b_key, label_key) if k]
   log = SkipLog(str(path))
   examples = []
-  for n, record in files.rows(path, file_format, fieldnames, log, required=keys):
+  # The columns by name, as the config names them: the message a file without them gets.
+  fix = (f"this file needs the columns {','.join(keys)} (name yours with "
+         "--config.data.text_a_key, text_b_key and label_key)")
+  for n, record in files.rows(path, file_format, fieldnames, log, required=keys, fix=fix):
     where = f"line {n}"
     missing = [k for k in keys if k not in record]
     if missing:

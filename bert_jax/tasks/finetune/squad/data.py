@@ -14,10 +14,12 @@ from bert_jax.tasks.skiplog import SkipLog
 from bert_jax.tasks.finetune.squad.features import Answer, SquadExample, answer_matches
 
 
-def squad_example(record: dict, log: SkipLog, where) -> Optional[SquadExample]:
+def squad_example(record: dict, log: SkipLog, where,
+                  unlabeled: bool = False) -> Optional[SquadExample]:
   """One question from a flat record {id, question, context, answers: {text: [..],
   answer_start: [..]} or [{text, answer_start}, ..], is_impossible?, title?}; None if
-  skipped. Shared by the JSON and tfds readers.
+  skipped. Shared by the JSON and tfds readers. unlabeled (predict input): a question
+  without answers is kept.
 
   Answers whose text is not at their answer_start are kept (their text still counts as
   gold for EM/F1) and noted; training uses the first aligned one (featurize_squad).
@@ -48,7 +50,7 @@ def squad_example(record: dict, log: SkipLog, where) -> Optional[SquadExample]:
     return None
   answers = tuple(Answer(t, s) for t, s in zip(texts, starts))
   is_impossible = bool(record.get("is_impossible", False))
-  if not is_impossible and not answers:
+  if not is_impossible and not answers and not unlabeled:
     log.skip("missing_label", qid, "answerable question without answers")
     return None
   if any(not answer_matches(context, a) for a in answers):
@@ -57,11 +59,12 @@ def squad_example(record: dict, log: SkipLog, where) -> Optional[SquadExample]:
                       str(record.get("title", "")))
 
 
-def _unique(records: Iterable[tuple[dict, object]], log: SkipLog) -> list[SquadExample]:
+def _unique(records: Iterable[tuple[dict, object]], log: SkipLog,
+            unlabeled: bool = False) -> list[SquadExample]:
   """squad_example of each (record, where), a question id seen before skipped."""
   examples, seen = [], set()
   for record, where in records:
-    ex = squad_example(record, log, where)
+    ex = squad_example(record, log, where, unlabeled)
     if ex is not None and ex.qid in seen:
       log.skip("duplicate_id", ex.qid, "predictions are keyed by question id")
     elif ex is not None:
@@ -70,8 +73,9 @@ def _unique(records: Iterable[tuple[dict, object]], log: SkipLog) -> list[SquadE
   return examples
 
 
-def read_squad_json(path) -> tuple[list[SquadExample], SkipLog]:
-  """Examples from a SQuAD v1.1/v2.0 JSON file ({"data": [{"paragraphs": ...}]})."""
+def read_squad_json(path, unlabeled: bool = False) -> tuple[list[SquadExample], SkipLog]:
+  """Examples from a SQuAD v1.1/v2.0 JSON file ({"data": [{"paragraphs": ...}]});
+  unlabeled (predict input): questions without answers too."""
   path = pathlib.Path(path)
   log = SkipLog(str(path))
   with open(path, "rb") as f:
@@ -96,7 +100,7 @@ def read_squad_json(path) -> tuple[list[SquadExample], SkipLog]:
           continue
         record = dict(qa, context=paragraph.get("context"), title=article.get("title", ""))
         records.append((record, f"data[{a}].paragraphs[{p}].qas[{q}]"))
-  examples = _unique(records, log)
+  examples = _unique(records, log, unlabeled)
   log.kept = len(examples)
   return examples, log
 

@@ -64,7 +64,7 @@ class SquadTask(FinetuneTask):
                                           d.max_query_length, training, source=source)
 
   def read_unlabeled(self, path):
-    return data.read_squad_json(path)
+    return data.read_squad_json(path, unlabeled=True)  # questions need no answers
 
   # ---------------------------------------------------- length-bucketed batches
   @property
