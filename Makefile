@@ -46,12 +46,15 @@ PYTEST_N = -n 2 --dist worksteal
 # glibc's huge pages for XLA's big host buffers, for the suite's time on 2 cores
 # (docs/performance-notes.md, "The host allocator"); a GLIBC_TUNABLES of your own is kept.
 HUGE_PAGES = GLIBC_TUNABLES="$${GLIBC_TUNABLES:-glibc.malloc.hugetlb=1}"
+# Two stages: the suite, then the docs pages whose blocks take minutes
+# (tests/test_docs_blocks.py, marker docs_slow): each block of README.md and docs/ as written.
 test: $(TEST_STAMP)
-	$(HUGE_PAGES) $(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 tests
+	$(HUGE_PAGES) $(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=15 -m "not docs_slow" tests
+	$(HUGE_PAGES) $(BIN)/python -m pytest -q -rs $(PYTEST_N) --durations=5 -m docs_slow tests/test_docs_blocks.py
 
 # Without the slow end-to-end cases.
 test-fast: $(TEST_STAMP)
-	$(HUGE_PAGES) $(BIN)/python -m pytest -q $(PYTEST_N) -m "not slow" tests
+	$(HUGE_PAGES) $(BIN)/python -m pytest -q $(PYTEST_N) -m "not slow and not docs_slow" tests
 
 # Pretrain bert_tiny on the embedded corpus (CPU, a few minutes; configs/bert_tiny.py:demo),
 # then show what it learned: held-out MLM accuracy next to two count baselines on the same

@@ -27,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import results_io  # noqa: E402  pylint: disable=wrong-import-position
 
 SUITE_BUDGET_S = 12 * 60
+CI_LIMIT_S = 90 * 60
 AOT_BUDGET_S = 90
 DEMO_BUDGET_S = 8 * 60
 
@@ -50,14 +51,17 @@ def run_in_clone(command: str, env: dict) -> tuple[float, str]:
     return seconds, proc.stdout
 
 
-def pytest_summary(output: str) -> tuple[dict, float]:
-  """({'passed': n, 'skipped': m, ...}, seconds) from pytest's last summary line."""
-  line = next((l for l in reversed(output.splitlines())
-               if re.search(r"\d+ passed.* in [\d.]+s", l)), None)
-  if line is None:
+def pytest_summaries(output: str) -> list[tuple[dict, float]]:
+  """({'passed': n, 'skipped': m, ...}, seconds) of each pytest summary line, in order:
+  make test's two stages (the suite, then the docs pages marked docs_slow)."""
+  out = []
+  for line in output.splitlines():
+    if re.search(r"\d+ (passed|deselected).* in [\d.]+s", line):
+      counts = {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", line.split(" in ")[0])}
+      out.append((counts, float(re.search(r" in ([\d.]+)s", line).group(1))))
+  if not out:
     sys.exit("clean_clone: error: no pytest summary line in the output")
-  counts = {k: int(n) for n, k in re.findall(r"(\d+) (\w+)", line.split(" in ")[0])}
-  return counts, float(re.search(r" in ([\d.]+)s", line).group(1))
+  return out
 
 
 def aot_durations(output: str) -> list[float]:
@@ -66,20 +70,34 @@ def aot_durations(output: str) -> list[float]:
                                               re.M) if where.startswith("tests/test_aot.py")]
 
 
+def _counts(counts: dict) -> str:
+  others = ", ".join(f"{n} {k}" for k, n in counts.items() if k not in ("passed", "deselected"))
+  return f"{counts.get('passed', 0)} passed" + (f", {others}" if others else "")
+
+
 def test_results(seconds: float, output: str, load_before: float) -> list:
-  counts, pytest_s = pytest_summary(output)
-  others = ", ".join(f"{n} {k}" for k, n in counts.items() if k != "passed")
+  """The suite (clone, install and make test's first stage) against its 12 minutes; the
+  docs stage (tests/test_docs_blocks.py's slow pages) beside it, inside .ci/run's limit."""
+  stages = pytest_summaries(output)
+  (counts, pytest_s), docs = stages[0], (stages[1] if len(stages) > 1 else None)
+  suite_s = seconds - (docs[1] if docs else 0)
+  figures = [results_io.figure("clone, install and the suite (make test's first stage)",
+                               round(suite_s), "s", f"{minutes(suite_s)}; pip's wheel "
+                               "cache warm"),
+             results_io.figure("pytest -n 2 --dist worksteal", round(pytest_s, 2), "s",
+                               _counts(counts))]
+  if docs:
+    figures += [results_io.figure("the docs stage (pages marked docs_slow)", round(docs[1]),
+                                  "s", _counts(docs[0])),
+                results_io.figure("bash .ci/run in all", round(seconds), "s", minutes(seconds))]
   suite = results_io.result(
-      "suite_time", "Suite time",
-      [results_io.figure("bash .ci/run in all", round(seconds), "s",
-                         f"{minutes(seconds)}: clone, venv, install (pip's wheel cache "
-                         "warm), tests"),
-       results_io.figure("pytest -n 2 --dist worksteal", round(pytest_s, 2), "s",
-                         f"{counts.get('passed', 0)} passed" + (f", {others}" if others else ""))],
+      "suite_time", "Suite time", figures,
       anchor="the suite's budget",
-      headline=f"{minutes(seconds)} in all (pytest {round(pytest_s)} s, "
-               f"{counts.get('passed', 0)} passed), fresh clone",
-      goal_=results_io.goal("make test on 2 cores", "<= 12 min", seconds <= SUITE_BUDGET_S),
+      headline=f"{minutes(suite_s)} to the suite's end (pytest {round(pytest_s)} s, "
+               f"{counts.get('passed', 0)} passed)"
+               + (f"; docs stage {minutes(docs[1])}" if docs else "") + ", fresh clone",
+      goal_=results_io.goal("make test on 2 cores", "the suite <= 12 min; .ci/run <= 90 min",
+                            suite_s <= SUITE_BUDGET_S and seconds <= CI_LIMIT_S),
       load_before=load_before,
       notes="The CI machine installs with a cold cache.")
   aot = aot_durations(output)
