@@ -140,7 +140,7 @@ def _readme_demo_block() -> str:
   with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
     text = f.read()
   section = text[text.index("## What `make demo` prints"):]
-  return section.split("```\n", 2)[1]
+  return section.split("```text\n", 1)[1].split("```\n", 1)[0]
 
 
 def _skeleton(report: str) -> list[str]:
