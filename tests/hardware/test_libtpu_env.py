@@ -9,24 +9,12 @@ import pytest
 
 from bert_jax import hardware
 from bert_jax.hardware import libtpu_env, platforms
+from tests.test_platforms import HAS_LIBTPU, _machine  # the fake root of the platform signs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
 needs_libtpu = pytest.mark.skipif(not HAS_LIBTPU, reason="no libtpu: nothing to settle")
 SINGLE_HOST = {"TPU_SKIP_MDS_QUERY": "1", "TPU_HOST_BOUNDS": "1,1,1",
                "TPU_PROCESS_ADDRESSES": "localhost:8476", "TPU_WORKER_ID": "0"}
-
-
-def _machine(tmp_path, pci=(), devices=()):
-  """A fake root: PCI devices by vendor id, device files under dev/."""
-  for i, vendor in enumerate(pci):
-    d = tmp_path / "sys" / "bus" / "pci" / "devices" / f"0000:00:0{i}.0"
-    d.mkdir(parents=True)
-    (d / "vendor").write_text(vendor + "\n")
-  for name in devices:
-    (tmp_path / "dev" / name).parent.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "dev" / name).touch()
-  return str(tmp_path)
 
 
 @needs_libtpu
