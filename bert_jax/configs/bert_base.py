@@ -16,11 +16,10 @@ Sweep: python launch/sweep.py --config configs/bert_base.py --workdir_root DIR -
 """
 from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
 
-# Attention dropout: the paper's 0.1, kept (a faithful recipe). No fused kernel has it
-# (splash has no dropout; jax 0.10.2's public cuDNN function neither), so attention takes
-# the written-out path, and the start-up line says so. It costs 2% of HBM at S128 and 10%
-# of the temporaries at S512 (bench/RESULTS.md@0762931 "GPU as a first-class target"); for speed:
-# --config.model.attention_dropout_rate=0 (as MosaicBERT and Cramming train).
+# Attention dropout: the paper's 0.1, kept (a faithful recipe). On TPU it runs inside our
+# fused kernel (kernels/flash_dropout.py); on GPU jax 0.10.2's public cuDNN function has
+# none, so attention takes the written-out path there, and the start-up line says so;
+# for speed: --config.model.attention_dropout_rate=0 (as MosaicBERT and Cramming train).
 
 # Remat per phase, from the AOT table (bench/RESULTS.md@0762931 "AOT", v5e:2x2, the recipe's 256
 # rows, data parallel): dots_no_batch needs 3.38 GiB per chip at S128 and 9.73 GiB at S512

@@ -12,11 +12,11 @@ Before booking a pod, compile it for the pod's topology (no TPU needed):
 """
 from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
 
-# Attention dropout: the paper's 0.1, kept (a faithful recipe): the written-out attention
-# path on TPU and GPU (no fused kernel has dropout), said by the start-up line. At S512
-# it halves the largest batch with remat full on v5e:4x4 (4096 rows fit only with 0.0,
-# bench/RESULTS.md@0762931 "GPU as a first-class target"): --config.model.attention_dropout_rate=0
-# for splash / cuDNN, as MosaicBERT and Cramming train.
+# Attention dropout: the paper's 0.1, kept (a faithful recipe). On TPU "auto" runs it
+# inside our fused kernel (kernels/flash_dropout.py), so S512 keeps splash's memory:
+# docs/aot.md has the rows that fit. On GPU it is the written-out path (cuDNN's public
+# function has no dropout), said by the start-up line; --config.model.attention_dropout_rate=0
+# for splash / cuDNN without it, as MosaicBERT and Cramming train.
 
 # Remat per phase, from the AOT tables (bench/RESULTS.md@0762931 "AOT", v5e:4x4, mesh (4, 4, 1)):
 # S128: dots_no_batch (saves the projections' outputs, recomputes attention and the

@@ -1,16 +1,19 @@
 """Attention behind one function: `attention` picks the path and documents why.
 
-  splash     Pallas flash attention for TPU (kernels/splash.py, under shard_map)
-  cudnn      cuDNN flash attention for NVIDIA GPUs (kernels/cudnn.py)
-  xla        `jax.nn.dot_product_attention`'s XLA path: no [batch, heads, q, kv] bools
-  reference  written out (kernels/reference.py): the semantics every path is tested
-             against; the one that returns the weights and applies attention dropout
+  splash         Pallas flash attention for TPU (kernels/splash.py, under shard_map)
+  flash_dropout  our Pallas flash attention for TPU with attention dropout in the kernel
+                 (kernels/flash_dropout.py, bits from kernels/dropout_hash.py)
+  cudnn          cuDNN flash attention for NVIDIA GPUs (kernels/cudnn.py)
+  xla            `jax.nn.dot_product_attention`'s XLA path: no [batch, heads, q, kv] bools
+  reference      written out (kernels/reference.py): the semantics every path is tested
+                 against; the one that returns the weights
 
 "auto" takes the fused kernel of the platform being traced for where it applies, else
-XLA; with attention dropout active, the reference (neither kernel has dropout). The
-run's start-up line names each phase's path and why (describe_phases), so "auto" never
-loses a kernel silently. Conventions as in reference.py: q/k/v [batch, len, heads, d],
-masks True where attention is allowed (bools or a masks.SegmentMask).
+XLA. With attention dropout active (BERT's recipe): flash_dropout on TPU, else the
+reference, which materializes the scores and the mask (splash, cuDNN and XLA's path have
+no dropout). The run's start-up line names each phase's path and why (describe_phases),
+so "auto" never loses a kernel silently. Conventions as in reference.py: q/k/v [batch,
+len, heads, d], masks True where attention is allowed (bools or a masks.SegmentMask).
 """
 from __future__ import annotations
 
@@ -19,13 +22,14 @@ import jax.numpy as jnp
 
 from bert_jax.kernels import cudnn as cudnn_lib
 from bert_jax.kernels.describe import describe_path, describe_phases  # noqa: F401
+from bert_jax.kernels import flash_dropout as flash_dropout_lib
 from bert_jax.kernels import reference
 from bert_jax.kernels import splash as splash_lib
 from bert_jax.kernels.masks import SegmentMask, as_dense  # noqa: F401  (what masks it takes)
 from bert_jax.runtime import tracing
 
 Array = jax.Array
-IMPLEMENTATIONS = ("auto", "splash", "xla", "cudnn", "reference")
+IMPLEMENTATIONS = ("auto", "splash", "flash_dropout", "xla", "cudnn", "reference")
 LANES = splash_lib.LANES   # TPU's lane width: splash reads [.., len, d] tiles of it
 
 
@@ -36,8 +40,10 @@ def attention(query: Array, key: Array, value: Array, bias: Array | None = None,
   """Scaled dot-product attention -> [batch, q_len, heads, d_v] in `dtype`; with
   return_weights, (output, weights [batch, heads, q_len, kv_len]) by the reference.
 
-  `implementation`: one of IMPLEMENTATIONS. "splash" / "cudnn" raise, naming what is
-  missing, when their kernel cannot run this attention; "auto" falls back instead.
+  `implementation`: one of IMPLEMENTATIONS. "splash" / "flash_dropout" / "cudnn" raise,
+  naming what is missing, when their kernel cannot run this attention; "auto" falls back
+  instead. flash_dropout's keep mask is dropout_hash's (seeded by dropout_rng), not the
+  reference's jax.random.bernoulli draw: the same distribution, other bits.
   """
   dropout_active = not deterministic and dropout_rate > 0.0
   if return_weights or implementation == "reference":
@@ -46,6 +52,9 @@ def attention(query: Array, key: Array, value: Array, bias: Array | None = None,
     return (out, weights) if return_weights else out
   if runs_splash(implementation, query, value, bias, mask, dropout_active):
     return splash_lib.splash_attention(query, key, value, mask, dtype)
+  if runs_flash_dropout(implementation, query, value, bias, mask, dropout_active):
+    return flash_dropout_lib.flash_dropout_attention(
+        query, key, value, mask, dropout_rng, dropout_rate if dropout_active else 0.0, dtype)
   if runs_cudnn(implementation, query, value, bias, mask, dropout_active, dtype):
     return cudnn_lib.attention(query, key, value, bias, mask, dtype)
   mask = as_dense(mask, query.shape[1], key.shape[1])
@@ -72,6 +81,23 @@ def runs_splash(implementation: str, query, value, bias, mask, dropout_active: b
   if implementation == "splash" and why_not:
     raise ValueError(f"model.attention_impl='splash' cannot run this attention: {why_not}.")
   return implementation == "splash" or (tracing.trace_platform() == "tpu" and not why_not)
+
+
+def runs_flash_dropout(implementation: str, query, value, bias, mask,
+                       dropout_active: bool) -> bool:
+  """Whether `attention` takes kernels/flash_dropout.py: always for "flash_dropout" (an
+  error says what it cannot run; without dropout it is plain flash attention), for "auto"
+  on TPU when dropout is active (splash then cannot) and nothing it needs is missing.
+  Only shapes are read, as in runs_splash."""
+  if implementation != "flash_dropout" and not (implementation == "auto" and dropout_active):
+    return False
+  why_not = flash_dropout_lib.unsupported(
+      query, value, bias, None if isinstance(mask, SegmentMask) else mask)
+  if implementation == "flash_dropout" and why_not:
+    raise ValueError(f"model.attention_impl='flash_dropout' cannot run this attention: "
+                     f"{why_not}.")
+  return implementation == "flash_dropout" or (tracing.trace_platform() == "tpu"
+                                               and not why_not)
 
 
 def runs_cudnn(implementation: str, query, value, bias, mask, dropout_active: bool,

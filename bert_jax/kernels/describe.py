@@ -4,6 +4,7 @@ from __future__ import annotations
 import jax
 
 from bert_jax.kernels import cudnn as cudnn_lib
+from bert_jax.kernels import flash_dropout as flash_dropout_lib
 from bert_jax.kernels import splash as splash_lib
 from bert_jax.runtime import tracing
 
@@ -14,7 +15,8 @@ def describe_path(cfg, batch: int, seq_len: int, mesh=None, platform: str | None
   run's start-up line prints for each phase, so `auto` never loses the kernel silently.
 
   cfg: a layers.config.TransformerConfig (training: dropout as configured); batch: the
-  global rows; mesh: the run's (splash's split of rows and heads over it is checked).
+  global rows; mesh: the run's (the TPU kernels' split of rows and heads over it is
+  checked). On TPU with attention dropout "auto" names flash_dropout, the kernel with it.
   """
   platform = platform or (mesh.devices.flat[0].platform if mesh is not None
                           else tracing.trace_platform())
@@ -29,23 +31,32 @@ def describe_path(cfg, batch: int, seq_len: int, mesh=None, platform: str | None
   if impl == "auto" and fused is None:
     return f"xla (no fused kernel on {platform})"
   kernel = fused if impl == "auto" else impl
-  if kernel == "splash":
+  if impl == "auto" and kernel == "splash" and dropout:
+    kernel = "flash_dropout"   # what "auto" takes on TPU for dropout (splash has none)
+  if kernel in ("splash", "flash_dropout"):
+    def unsupported():
+      if kernel == "flash_dropout":
+        return flash_dropout_lib.unsupported(shape, shape, bias, None)
+      return splash_lib.unsupported(shape, shape, bias, None, dropout)
     def ask():
       if mesh is None:
-        return splash_lib.unsupported(shape, shape, bias, None, dropout)
+        return unsupported()
       with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-        return splash_lib.unsupported(shape, shape, bias, None, dropout)
+        return unsupported()
     why = tracing.with_trace_platform(platform, ask)()
   else:
     why = cudnn_lib.unsupported(shape, shape, bias, None, dropout, cfg.attention_dtype)
   if not why:
+    if kernel == "flash_dropout" and dropout:
+      return (f"flash_dropout (fused, attention dropout "
+              f"{cfg.attention_dropout_rate:g} in the kernel: splash has none)")
     return f"{kernel} (fused)"
   fallback = "reference" if dropout else "xla"
   return f"{fallback}, not {kernel}: {why}"
 
 
 def describe_phases(cfg, batch: int, seq_lens, mesh=None) -> str:
-  """The start-up line: "attention: S128 splash (fused) | S512 reference, not splash: ...",
+  """The start-up line: "attention: S128 splash (fused) | S512 flash_dropout (fused, ...)",
   one entry per training phase (its sequence length). cfg: the task's model config; one
   that is not a Transformer's (the GRU) has no such choice: "attention: n/a"."""
   if not hasattr(cfg, "attention_impl"):

@@ -26,13 +26,15 @@ SCORES = ("batch", "heads", "length", "kv_length")           # [batch, heads, q,
 
 def attention(query: Array, key: Array, value: Array, bias: Array | None = None,
               mask=None, dropout_rng=None, dropout_rate: float = 0.0,
-              deterministic: bool = True, dtype=jnp.float32):
+              deterministic: bool = True, dtype=jnp.float32, keep: Array | None = None):
   """Returns (output [batch, q_len, heads, d_v], weights [batch, heads, q_len, kv_len]
   float32: the softmax before dropout).
 
   query [batch, q_len, heads, d_k], key [batch, kv_len, heads, d_k], value [batch,
   kv_len, heads, d_v]; bias additive and mask bool (or a SegmentMask), both broadcastable
-  to [batch, heads, q_len, kv_len]; a fully masked query gets uniform weights.
+  to [batch, heads, q_len, kv_len]; a fully masked query gets uniform weights. keep: the
+  dropout's keep mask (bool [batch, heads, q_len, kv_len]) instead of a draw from
+  dropout_rng: the fused kernel's (dropout_hash.keep_mask), which its tests compare with.
   """
   mask = as_dense(mask, query.shape[1], key.shape[1])
   logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32)
@@ -44,7 +46,8 @@ def attention(query: Array, key: Array, value: Array, bias: Array | None = None,
   weights = jax.nn.softmax(logits, axis=-1)  # float32 softmax, whatever the compute dtype
   probs = weights
   if not deterministic and dropout_rate > 0.0:
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+    if keep is None:
+      keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
     probs = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
   out = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(dtype), value.astype(dtype))
   return out, weights

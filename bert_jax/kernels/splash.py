@@ -14,7 +14,8 @@ mode (tests/kernels/test_splash.py checks it against the reference).
 
 What it needs: lengths in blocks of 128 positions (shorter or ragged lengths are padded
 here, the padding masked, so S=100 costs what S=128 does); no additive bias (relative
-position biases); no attention dropout (the kernel has none); num_heads divisible by the
+position biases); no attention dropout (the kernel has none: kernels/flash_dropout.py is
+the kernel with it, split and padded by the helpers here); num_heads divisible by the
 tensor axis and the batch by data x fsdp. `unsupported` names what is missing.
 """
 from __future__ import annotations
@@ -43,7 +44,13 @@ def unsupported(query: Array, value: Array, bias, bool_mask, dropout_active: boo
   given as bools (not as a masks.SegmentMask), which splash cannot take."""
   if dropout_active:
     return ("it has no attention dropout: set model.attention_dropout_rate=0 (or "
-            "model.attention_impl='xla')")
+            "model.attention_impl='flash_dropout', the fused kernel that has it)")
+  return fused_unsupported(query, value, bias, bool_mask)
+
+
+def fused_unsupported(query: Array, value: Array, bias, bool_mask) -> str:
+  """What the Pallas kernels run this way (splash; kernels/flash_dropout.py, which has
+  attention dropout) need that this attention lacks, dropout aside: "" when nothing."""
   if bias is not None:
     return ("it takes no additive bias (model.position='relative'): use "
             "model.attention_impl='xla'")
@@ -77,12 +84,12 @@ def _axes(logical: str) -> tuple[str, ...]:
   return (axes,) if isinstance(axes, str) else tuple(axes or ())
 
 
-def _block(length: int) -> int:
+def block_size(length: int) -> int:
   """The largest of 512 / 256 / 128 dividing `length` (a multiple of 128)."""
   return next(b for b in (MAX_BLOCK, MAX_BLOCK // 2, LANES) if length % b == 0)
 
 
-def _pad_to_lanes(x: Array, axis: int, fill=0) -> Array:
+def pad_to_lanes(x: Array, axis: int, fill=0) -> Array:
   pad = -x.shape[axis] % LANES
   if not pad:
     return x
@@ -91,7 +98,7 @@ def _pad_to_lanes(x: Array, axis: int, fill=0) -> Array:
   return jnp.pad(x, widths, constant_values=fill)
 
 
-def _kernel_ids(mask, batch: int, q_len: int, kv_len: int):
+def segment_ids(mask, batch: int, q_len: int, kv_len: int):
   """(q ids [batch, q_len], kv ids [batch, kv_len]) int32 for the kernel, or None when
   nothing but the static mask applies and no padding is needed."""
   q_ids = None if mask is None else mask.q_ids
@@ -101,7 +108,7 @@ def _kernel_ids(mask, batch: int, q_len: int, kv_len: int):
   q_ids = jnp.ones((batch, q_len), jnp.int32) if q_ids is None else q_ids.astype(jnp.int32)
   kv_ids = (jnp.ones((batch, kv_len), jnp.int32) if kv_ids is None
             else jnp.where(kv_ids > 0, kv_ids, _NO_KEY_ID).astype(jnp.int32))
-  return _pad_to_lanes(q_ids, 1, _PAD_Q_ID), _pad_to_lanes(kv_ids, 1, _PAD_KV_ID)
+  return pad_to_lanes(q_ids, 1, _PAD_Q_ID), pad_to_lanes(kv_ids, 1, _PAD_KV_ID)
 
 
 def _local_attention(q: Array, k: Array, v: Array, ids, *, causal: bool,
@@ -111,7 +118,7 @@ def _local_attention(q: Array, k: Array, v: Array, ids, *, causal: bool,
   heads, q_len, kv_len = q.shape[1], q.shape[2], k.shape[2]
   shape = (q_len, kv_len)
   static = splash.CausalMask(shape) if causal else splash.FullMask(shape)
-  bq, bkv = _block(q_len), _block(kv_len)
+  bq, bkv = block_size(q_len), block_size(kv_len)
   blocks = splash.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv,
                              block_q_dkv=bq, block_kv_dkv=bkv, block_kv_dkv_compute=bkv,
                              use_fused_bwd_kernel=True)
@@ -138,25 +145,52 @@ def splash_attention(query: Array, key: Array, value: Array, mask=None,
   batch, q_len, _, d = query.shape
   kv_len = key.shape[1]
   causal = mask is not None and mask.causal
-  ids = _kernel_ids(mask, batch, q_len, kv_len)
+  ids = segment_ids(mask, batch, q_len, kv_len)
   # The kernel does not scale the logits; scaling q first is the same product.
   q = (query * (1.0 / math.sqrt(d))).astype(dtype)
   # [batch, len, heads, d] -> [batch, heads, len, d], the lengths padded to the lanes.
-  q = _pad_to_lanes(q.transpose(0, 2, 1, 3), 2)
-  k = _pad_to_lanes(key.astype(dtype).transpose(0, 2, 1, 3), 2)
-  v = _pad_to_lanes(value.astype(dtype).transpose(0, 2, 1, 3), 2)
+  q = pad_to_lanes(q.transpose(0, 2, 1, 3), 2)
+  k = pad_to_lanes(key.astype(dtype).transpose(0, 2, 1, 3), 2)
+  v = pad_to_lanes(value.astype(dtype).transpose(0, 2, 1, 3), 2)
 
   interpret = tracing.trace_platform() == "cpu"
   def local(q, k, v, *ids):
     return _local_attention(q, k, v, ids or None, causal=causal, interpret=interpret)
 
-  args = (q, k, v) + (ids or ())
-  mesh = jax.sharding.get_abstract_mesh()
-  if not mesh.empty:
-    rows, heads = _axes("batch") or None, _axes("heads") or None
-    qkv_spec = P(rows, heads, None, None)                    # [batch, heads, len, d]
-    in_specs = (qkv_spec,) * 3 + (P(rows, None),) * (len(args) - 3)
-    local = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=qkv_spec,
-                          check_vma=False)
-  out = local(*args)                                         # [batch, heads, Q_pad, d]
+  out = shard_rows_and_heads(local, (q, k, v), ids or ())   # [batch, heads, Q_pad, d]
   return out[:, :, :q_len].transpose(0, 2, 1, 3)
+
+
+def shard_rows_and_heads(local, blocks, rows=(), replicated=(), offsets: bool = False):
+  """local(*blocks, *rows, *replicated) -> [batch, heads, len, d], on each device's rows
+  and heads under the abstract mesh (the splitting described at the top), else whole.
+
+  blocks: [batch, heads, len, d] arrays (the output is split as they are); rows: [batch,
+  len] arrays (segment ids); replicated: whole on every device (a dropout seed). With
+  `offsets`, local also gets int32 [2]: the global index of its first row and first head
+  ((0, 0) without a mesh), for what must not depend on the split (dropout bits).
+  """
+  args = (*blocks, *rows, *replicated)
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return local(*args, jnp.zeros((2,), jnp.int32)) if offsets else local(*args)
+  row_axes, head_axes = _axes("batch"), _axes("heads")
+
+  def on_device(*args):
+    if not offsets:
+      return local(*args)
+    batch, heads = args[0].shape[:2]             # this device's rows and heads
+    first = jnp.stack([_index(row_axes) * batch, _index(head_axes) * heads])
+    return local(*args, first.astype(jnp.int32))
+
+  block_spec = P(row_axes or None, head_axes or None, None, None)  # [batch, heads, len, d]
+  in_specs = ((block_spec,) * len(blocks) + (P(row_axes or None, None),) * len(rows)
+              + (P(),) * len(replicated))
+  return jax.shard_map(on_device, mesh=mesh, in_specs=in_specs, out_specs=block_spec,
+                       check_vma=False)(*args)
+
+
+def _index(axes: tuple[str, ...]):
+  """This device's index along the mesh axes `axes` (major to minor, as a PartitionSpec
+  entry splits an array over them) inside shard_map; 0 over no axes."""
+  return jax.lax.axis_index(axes) if axes else jnp.int32(0)

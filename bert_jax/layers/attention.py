@@ -127,7 +127,8 @@ class MultiHeadAttention(nn.Module):
 def splash_layout(cfg, inputs_q: Array, inputs_kv: Array | None, bias, mask) -> bool:
   """Whether q/k/v stay flat, [batch, len, heads * d], in their projections' dots and
   where remat policies save them: only when d is not a multiple of TPU's 128 lanes and
-  splash will run this attention (kernels.runs_splash on the projections' shapes).
+  a Pallas TPU kernel (splash, or flash_dropout with attention dropout) will run this
+  attention (kernels.runs_splash / runs_flash_dropout on the projections' shapes).
 
   Why: a saved stack takes its consumer's layout; splash reads [.., len, d] tiles, so a
   d = 64 q/k/v would sit in half-empty 128-lane tiles (docs/performance-notes.md, "Remat
@@ -140,7 +141,8 @@ def splash_layout(cfg, inputs_q: Array, inputs_kv: Array | None, bias, mask) -> 
   query = jax.ShapeDtypeStruct(inputs_q.shape[:2] + heads, cfg.compute_dtype)
   value = jax.ShapeDtypeStruct(inputs_kv.shape[:2] + heads, cfg.compute_dtype)
   dropout = not cfg.deterministic and cfg.attention_dropout_rate > 0.0
-  return kernels.runs_splash(cfg.attention_impl, query, value, bias, mask, dropout)
+  return (kernels.runs_splash(cfg.attention_impl, query, value, bias, mask, dropout)
+          or kernels.runs_flash_dropout(cfg.attention_impl, query, value, bias, mask, dropout))
 
 
 def _saveable(x: Array, name: str, flat: bool) -> Array:

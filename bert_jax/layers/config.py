@@ -17,7 +17,7 @@ POSITION_KINDS = ("learned", "sinusoidal", "rotary", "relative", "none")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "qkv_proj", "kv_proj",
                   "dots_except_mlp", "qkv_proj_offloaded", "minimal_offloaded")  # stacks.py
-ATTENTION_IMPLS = ("auto", "splash", "xla", "cudnn", "reference")  # kernels.IMPLEMENTATIONS
+ATTENTION_IMPLS = ("auto", "splash", "flash_dropout", "xla", "cudnn", "reference")  # kernels.IMPLEMENTATIONS
 INITS = ("bert", "xavier")  # kernel_init / embed_init
 # Fields the meta of older checkpoints may hold that this code no longer has (XLA:CPU
 # tuning removed: the block attention of packed rows, the Dense layers' 2-D gradients);
@@ -62,7 +62,8 @@ class TransformerConfig:
   # (attention_dtype), accumulated in float32; None = the compute dtype. "bfloat16" with
   # float32 compute is mixed precision (e.g. for decoding).
   matmul_dtype: Optional[str] = None
-  # One of ATTENTION_IMPLS; "auto": splash on TPU, cuDNN on GPU, XLA on CPU (kernels/).
+  # One of ATTENTION_IMPLS; "auto": splash on TPU (flash_dropout with attention dropout),
+  # cuDNN on GPU, XLA on CPU (kernels/).
   attention_impl: str = "auto"
   scan_layers: bool = False
   remat_policy: str = "none"        # one of REMAT_POLICIES

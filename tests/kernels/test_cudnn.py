@@ -135,7 +135,8 @@ def test_describe_path_names_the_kernel_and_why_not():
   mesh = parallel.create_mesh((-1, 1, 1))  # splash splits rows over it (8 here)
   assert kernels.describe_path(cfg.replace(attention_dropout_rate=0.0), 8, 128, mesh,
                          "tpu") == "splash (fused)"
-  assert describe(cfg, "tpu").startswith("reference, not splash: it has no attention dropout")
+  assert kernels.describe_path(cfg, 8, 128, mesh, "tpu").startswith(
+      "flash_dropout (fused, attention dropout 0.1")   # splash has none; this kernel has
   assert describe(cfg, "cpu") == "xla (no fused kernel on cpu)"
   assert describe(cfg.replace(attention_impl="xla"), "gpu") == "xla (model.attention_impl='xla')"
 
