@@ -47,6 +47,11 @@ from bert_jax.aot import report as report_lib  # noqa: E402
 import results_io  # noqa: E402
 
 PREDICTIONS = {128: 20, 512: 80}
+# BertConfig sizes (the rest is BertConfig's default: BERT's dropout 0.1 everywhere).
+SIZES = {"base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                      intermediate_size=3072),
+         "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                       intermediate_size=4096)}
 # Our systems: (remat policy, attention dropout). "" = the config's: remat dots_no_batch,
 # attention dropout 0.1, which the fused kernels do not support, so attention is the
 # written-out softmax(QK^T)V on TPU too; `_splash` sets attention dropout 0, so "auto"
@@ -88,13 +93,14 @@ def ours(topology: str, seq: int, batch: int, mesh, remat: str = "",
           "compile_seconds": step["compile_seconds"]}
 
 
-def theirs(topology: str, seq: int, batch: int, remat: bool) -> dict:
+def theirs_lowered(topology: str, seq: int, batch: int, remat: bool, size: str = "large"):
+  """The jitted run_mlm_flax-style train step of FlaxBertForPreTraining (BERT-`size`),
+  lowered for the topology's chips: data parallel, params replicated."""
   from flax.training import common_utils, train_state  # pylint: disable=g-import-not-at-top
   from transformers import BertConfig, FlaxBertForPreTraining  # pylint: disable=g-import-not-at-top
   _, devices = chips.topology_devices(topology)
   mesh = jax.sharding.Mesh(np.asarray(devices), ("data",))
-  cfg = BertConfig(vocab_size=30522, hidden_size=1024, num_hidden_layers=24,
-                   num_attention_heads=16, intermediate_size=4096, max_position_embeddings=512)
+  cfg = BertConfig(vocab_size=30522, max_position_embeddings=512, **SIZES[size])
   model = FlaxBertForPreTraining(cfg, input_shape=(1, seq), dtype=jnp.bfloat16, _do_init=False,
                                  gradient_checkpointing=remat)
   tx = optax.adamw(optax.linear_schedule(1e-4, 0.0, 1_000_000), b1=0.9, b2=0.999, eps=1e-6,
@@ -129,9 +135,13 @@ def theirs(topology: str, seq: int, batch: int, remat: bool) -> dict:
     loss, grads = jax.value_and_grad(loss_fn)(state.params)
     return state.apply_gradients(grads=grads), loss, new_rng
 
+  return jax.jit(train_step, donate_argnums=(0,)).lower(abstract, batch_sds, key)
+
+
+def theirs(topology: str, seq: int, batch: int, remat: bool) -> dict:
   t0 = time.perf_counter()
   try:
-    compiled = jax.jit(train_step, donate_argnums=(0,)).lower(abstract, batch_sds, key).compile()
+    compiled = theirs_lowered(topology, seq, batch, remat).compile()
   except Exception as e:  # pylint: disable=broad-except
     if "RESOURCE_EXHAUSTED" not in str(e) and "Ran out of memory" not in str(e):
       raise

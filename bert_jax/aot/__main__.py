@@ -3,7 +3,8 @@
   python -m bert_jax.aot --config configs/bert_large.py --topology v5e:4x4 \
       --config.train.batch_size=1024 --output_dir /tmp/aot_bert_large
 
-Prints the per-chip report (bert_jax/aot/report.py) and writes report.json plus the
+Prints the per-chip report (bert_jax/aot/report.py), with the TPU compiler's estimate of
+each step's time (bert_jax/aot/cost.py; --nocost skips it), and writes report.json plus the
 compiled HLO text to --output_dir (local or gs://). Every task: those of the shared loop
 (pretraining, fine-tuning, translation, GPT: train and eval steps) and word2vec (its
 sparse train step; --vocab_size sets its table rows). Exit code 2 with one line naming
@@ -27,6 +28,9 @@ flags.DEFINE_string("output_dir", "", "Where report.json and the HLO text go (op
 flags.DEFINE_list("steps", list(check_lib.STEPS), "Steps to compile: train, eval.")
 flags.DEFINE_integer("vocab_size", 0, "word2vec only: the vocabulary (table rows) to plan "
                      "for, as the corpus will give it (default 1,000,000).")
+flags.DEFINE_bool("cost", True, "Add the TPU compiler's estimate of each step (flops, bytes, "
+                  "seconds, est. MFU per chip; bert_jax/aot/cost.py): one or two more "
+                  "compiles per step.")
 flags.mark_flags_as_required(["config", "topology"])
 
 
@@ -38,7 +42,7 @@ def main(argv):
   try:
     report = check_lib.check(_CONFIG.value, FLAGS.topology, FLAGS.steps, FLAGS.output_dir,
                              config_name=config_flags.get_config_filename(FLAGS["config"]),
-                             vocab_size=FLAGS.vocab_size)
+                             vocab_size=FLAGS.vocab_size, cost=FLAGS.cost)
   except report_lib.DoesNotFitError as e:
     print(report_lib.format_report(e.report))
     print(f"error: {e}", file=sys.stderr)

@@ -11,14 +11,19 @@ from etils import epath
 
 from bert_jax.hardware import chips
 from bert_jax.aot import compile as compile_lib
+from bert_jax.aot import cost as cost_lib
 from bert_jax.aot import report as report_lib
 
 STEPS = ("train", "eval")
 
 
 def check(config: ml_collections.ConfigDict, topology: str, steps: Sequence[str] = STEPS,
-          output_dir: str = "", config_name: str = "", task=None, vocab_size: int = 0) -> dict:
+          output_dir: str = "", config_name: str = "", task=None, vocab_size: int = 0,
+          cost: bool = True) -> dict:
   """Compiles `steps` of every phase of `config` for `topology`; returns the JSON report.
+
+  cost: add each fitting step's "cost", the TPU compiler's estimate (aot/cost.py), which
+  compiles the step once or twice more.
 
   With output_dir, writes report.json and one HLO text file per compiled step there.
   Raises DoesNotFitError (after writing the report) when a step does not fit in HBM.
@@ -34,7 +39,7 @@ def check(config: ml_collections.ConfigDict, topology: str, steps: Sequence[str]
     report, texts = word2vec.check(config, topology, vocab_size, config_name)
     names = ["train_phase0"]
   else:
-    report, texts, names = _check_task(config, topology, steps, config_name, task)
+    report, texts, names = _check_task(config, topology, steps, config_name, task, cost)
   report["seconds"] = round(time.perf_counter() - t0, 2)
   report["fits"] = all(r["fits"] for r in report["steps"])
   if output_dir:
@@ -53,8 +58,9 @@ def check(config: ml_collections.ConfigDict, topology: str, steps: Sequence[str]
   return report
 
 
-def _check_task(config, topology, steps, config_name, task):
+def _check_task(config, topology, steps, config_name, task, cost):
   """(report, HLO texts, their file names) of a registry.TASKS task's shared steps."""
+  estimate = cost and task is None  # the cost twins are built from the config
   if task is None:
     from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
     if config.task in registry.TRAINERS:
@@ -77,7 +83,39 @@ def _check_task(config, topology, steps, config_name, task):
                                  report["num_chips"])
       # A phase may recompute differently from the model's default (tasks/pretraining.py).
       r["remat_policy"] = phase.get("remat_policy", task.model_config.remat_policy)
+      if estimate and r["fits"]:
+        r["cost"] = _cost(config, topology, name, phase, r, report)
       report["steps"].append(r)
       texts.append(step.hlo_text)
       names.append(f"{name}_phase{i}")
   return report, texts, names
+
+
+def _cost(config, topology, name, phase, r, report) -> dict | None:
+  """The step's "cost" (cost_lib.estimate + how it was obtained), None when unknown."""
+  from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
+
+  def compile_twin(c):
+    setup = compile_lib.setup(c, topology, registry.get_task(c))
+    step = compile_lib.compile_step(setup, name, phase, r["global_batch"],
+                                    cost_lib.COST_COMPILER_OPTIONS)
+    if step.compiled is None:
+      raise ValueError(f"the {name} step's cost twin does not fit: {step.error[:200]}")
+    return cost_lib.compiler_cost(step.compiled)
+
+  try:
+    raw, method = cost_lib.step_cost(config, compile_twin)
+  except ValueError as e:  # the twin does not fit, or a time the compiler did not count
+    raw, method = None, f"unknown: {e}"
+  if raw is None:
+    r["cost_note"] = method
+    return None
+  m = config.model
+  tokens = r["global_batch"] * r["seq_len"]
+  flops = cost_lib.model_flops(
+      report["state"]["num_params"], int(m.num_layers) + int(m.get("num_decoder_layers") or 0),
+      r["seq_len"], int(m.hidden_size), tokens, train=name == "train")
+  out = cost_lib.estimate(raw, flops, tokens, report["num_chips"],
+                          report["chip"]["peak_bf16_flops"])
+  out["method"] = method
+  return out

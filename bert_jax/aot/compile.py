@@ -76,13 +76,14 @@ def is_out_of_memory(e: Exception) -> bool:
   return "RESOURCE_EXHAUSTED" in text or "Ran out of memory" in text
 
 
-def compile_lowered(name: str, phase: dict, lower) -> CompiledStep:
-  """Compiles `lower()` (a jax.stages.Lowered); an out-of-memory compile returns the
-  compiler's message instead. Times lowering + compile; keeps the HLO text (or why XLA
-  could not print it)."""
+def compile_lowered(name: str, phase: dict, lower,
+                    compiler_options: dict | None = None) -> CompiledStep:
+  """Compiles `lower()` (a jax.stages.Lowered), with XLA `compiler_options`; an
+  out-of-memory compile returns the compiler's message instead. Times lowering + compile;
+  keeps the HLO text (or why XLA could not print it)."""
   t0 = time.perf_counter()
   try:
-    compiled = lower().compile()
+    compiled = lower().compile(compiler_options)
   except Exception as e:  # pylint: disable=broad-except
     if not is_out_of_memory(e):
       raise
@@ -92,7 +93,8 @@ def compile_lowered(name: str, phase: dict, lower) -> CompiledStep:
   return CompiledStep(name, phase, compiled, seconds, hlo_text=text, hlo_error=why)
 
 
-def compile_step(s: Setup, name: str, phase: dict, batch_size: int) -> CompiledStep:
+def compile_step(s: Setup, name: str, phase: dict, batch_size: int,
+                 compiler_options: dict | None = None) -> CompiledStep:
   """Compiles one step of a task's shared loop (see compile_lowered)."""
   batch = abstract_batch(s.task, s.mesh, batch_size, phase)
 
@@ -101,4 +103,4 @@ def compile_step(s: Setup, name: str, phase: dict, batch_size: int) -> CompiledS
       if name == "train":
         return s.p_train.lower(s.abstract, batch)
       return s.p_eval.lower(s.abstract.params, batch)
-  return compile_lowered(name, phase, lower)
+  return compile_lowered(name, phase, lower, compiler_options)

@@ -1,8 +1,9 @@
 """The per-chip report of compiled steps: HBM against capacity, state bytes, model FLOPs,
 the roofline lower bound of the step time, and the collectives per step.
 
-FLOPs come from the task's own accounting (`flops_per_example`: 3x the forward pass),
-not from `compiled.cost_analysis()`, which counts a scanned layer stack's body once.
+FLOPs come from the task's own accounting (`flops_per_example`: 3x the forward pass).
+The compiler's own estimate (`compiled.cost_analysis()`, which counts a scanned layer
+stack's body once unless corrected) is aot/cost.py's, printed beside it.
 """
 from __future__ import annotations
 
@@ -178,6 +179,14 @@ def format_report(report: dict) -> str:
                  f"({r['model_flops_per_chip']:.3e} per chip); roofline >= "
                  f"{rf['step_seconds'] * 1e3:.2f} ms ({rf['bound']}-bound: compute "
                  f"{rf['compute_seconds'] * 1e3:.2f} ms, HBM {rf['hbm_seconds'] * 1e3:.2f} ms)")
+    if r.get("cost"):
+      c = r["cost"]
+      lines.append(f"  TPU compiler's estimate: {c['optimal_seconds'] * 1e3:.2f} ms per step "
+                   f"({c['flops_per_chip']:.3e} flops, {c['bytes_per_chip'] / 1e9:.2f} GB per "
+                   f"chip), est. MFU {100 * c['est_mfu']:.1f}%, "
+                   f"{c['tokens_per_s_per_chip']:,.0f} tokens/s per chip ({c['method']})")
+    elif r.get("cost_note"):
+      lines.append(f"  TPU compiler's estimate: {r['cost_note']}")
     if r["collectives"] is None:
       lines.append("  collectives per step: unknown (XLA could not print the compiled HLO: "
                    f"{r['collectives_error']})")

@@ -63,6 +63,8 @@ def check(config: ml_collections.ConfigDict, topology: str, vocab_size: int = 0,
     # so hlo.collectives counts its body once.
     r["collectives_note"] = (f"the chunk loop's are counted once: up to "
                              f"{t.chunks_per_step} x per step")
+  # The compiler's cost analysis counts that loop's body once too (aot/cost.py).
+  r["cost_note"] = "unknown: the chunk loop's trip count is known only at run time"
   params = abstract["params"]
   report = {"config": config_name or config.task, "topology": topology, "num_chips": n,
             "chip": dataclasses.asdict(chip), "mesh": dict(mesh.shape), "remat_policy": None,
