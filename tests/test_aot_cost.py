@@ -92,8 +92,13 @@ def test_scanned_layers_are_estimated_from_an_unrolled_twin(tmp_path, monkeypatc
       cost["model_flops"] / 4 / cost["optimal_seconds"] / chip.peak_bf16_flops)
   assert 0 < cost["est_mfu"] < 1 and cost["bytes_per_chip"] > 0
   assert cost["tokens_per_s_per_chip"] == pytest.approx(tokens / cost["optimal_seconds"] / 4)
+  # Where the twin's bytes go (aot/traffic.py), by category, near the compiler's total.
+  by = cost["bytes_by_category"]
+  assert by["total_bytes"] == pytest.approx(cost["bytes_per_chip"], rel=0.25)
+  assert by["by_category"]["optimizer update"] > 0 and by["by_category"]["attention"] > 0
   saved = json.loads((tmp_path / "report.json").read_text())
   assert saved["steps"][0]["cost"] == cost
   line = next(l for l in report_lib.format_report(report).splitlines()
               if "TPU compiler's estimate" in l)
   assert f"est. MFU {100 * cost['est_mfu']:.1f}%" in line and "unrolled twin" in line
+  assert "its bytes by category: " in report_lib.format_report(report)

@@ -12,6 +12,7 @@ from etils import epath
 from bert_jax.hardware import chips
 from bert_jax.aot import compile as compile_lib
 from bert_jax.aot import cost as cost_lib
+from bert_jax.aot import traffic
 from bert_jax.aot import report as report_lib
 
 STEPS = ("train", "eval")
@@ -101,7 +102,10 @@ def _cost(config, topology, name, phase, r, report) -> dict | None:
                                     cost_lib.COST_COMPILER_OPTIONS)
     if step.compiled is None:
       raise ValueError(f"the {name} step's cost twin does not fit: {step.error[:200]}")
-    return cost_lib.compiler_cost(step.compiled)
+    out = cost_lib.compiler_cost(step.compiled)
+    if step.hlo_text is not None:  # where the bytes go (aot/traffic.py)
+      out["traffic"] = traffic.bytes_by_category(step.hlo_text, top=10)
+    return out
 
   try:
     raw, method = cost_lib.step_cost(config, compile_twin)

@@ -58,12 +58,14 @@ def model_flops(num_params: int, num_layers: int, seq_len: int, hidden: int, tok
 
 
 def estimate(raw: dict, flops: float, tokens: int, num_chips: int, peak_flops: float) -> dict:
-  """The report's "cost" object: the compiler's per-chip figures and what follows."""
+  """The report's "cost" object: the compiler's per-chip figures and what follows (and
+  raw["traffic"], aot/traffic.py's split of the bytes, as "bytes_by_category")."""
   seconds = raw["optimal_seconds"]
   return {"flops_per_chip": raw["flops"], "bytes_per_chip": raw["bytes"],
           "optimal_seconds": seconds, "model_flops": flops,
           "est_mfu": flops / num_chips / seconds / peak_flops,
-          "tokens_per_s_per_chip": tokens / seconds / num_chips}
+          "tokens_per_s_per_chip": tokens / seconds / num_chips,
+          **({"bytes_by_category": raw["traffic"]} if "traffic" in raw else {})}
 
 
 def step_cost(config, compile_twin) -> tuple[dict | None, str]:

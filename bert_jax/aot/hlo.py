@@ -56,8 +56,11 @@ def shape_bytes(type_text: str) -> int:
   return int(total)
 
 
-def _parse(text: str):
-  """{computation: [(opcode, result type, line)]}, the ENTRY name."""
+def parse(text: str):
+  """{computation: [(opcode, result type, line)]}, the ENTRY name.
+
+  An instruction printed over several lines (a Mosaic kernel's kernel_metadata holds
+  newlines) is one entry, its continuation lines joined onto its first."""
   comps, entry, current = {}, None, None
   for line in text.splitlines():
     header = _COMP_HEADER.match(line)
@@ -75,6 +78,9 @@ def _parse(text: str):
     m = _INSTR.match(line)
     if m:
       comps[current].append((m.group(2), m.group(1), line))
+    elif comps[current]:
+      opcode, type_text, first = comps[current][-1]
+      comps[current][-1] = (opcode, type_text, first + "\n" + line)
   return comps, entry
 
 
@@ -90,16 +96,21 @@ def _condition_trip_count(instrs) -> int | None:
   return consts[0] if len(consts) == 1 and len(less) == 1 else None
 
 
+def while_trips(comps: dict, line: str) -> int | None:
+  """Iterations of a while instruction (its text `line`) per run, None when unknown."""
+  trip = _TRIP.search(line)
+  if trip:
+    return int(trip.group(1))
+  cond = re.search(r"\bcondition=%?([\w.\-]+)", line)
+  return _condition_trip_count(comps.get(cond.group(1), ())) if cond else None
+
+
 def _executions(comps: dict, entry: str) -> dict:
   """{computation: times it runs per call of ENTRY}."""
   edges = collections.defaultdict(list)   # caller -> [(callee, factor)]
   for name, instrs in comps.items():
     for opcode, _, line in instrs:
-      trip = _TRIP.search(line)
-      trips = int(trip.group(1)) if trip else None
-      if opcode == "while" and trips is None:
-        cond = re.search(r"\bcondition=%?([\w.\-]+)", line)
-        trips = _condition_trip_count(comps.get(cond.group(1), ())) if cond else None
+      trips = while_trips(comps, line) if opcode == "while" else None
       for callee in _CALLEES.findall(line):
         is_body = opcode == "while" and re.search(rf"\bbody=%?{re.escape(callee)}(?![\w.\-])", line)
         factor = (trips or 1) if is_body else 1
@@ -122,7 +133,7 @@ def _executions(comps: dict, entry: str) -> dict:
 
 def collectives(text: str) -> dict:
   """{kind: {"count": per step, "bytes": per step per device}} for each kind in KINDS."""
-  comps, entry = _parse(text)
+  comps, entry = parse(text)
   if entry is None:
     raise ValueError("no ENTRY computation in the HLO text")
   runs = _executions(comps, entry)

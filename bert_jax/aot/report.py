@@ -185,6 +185,12 @@ def format_report(report: dict) -> str:
                    f"({c['flops_per_chip']:.3e} flops, {c['bytes_per_chip'] / 1e9:.2f} GB per "
                    f"chip), est. MFU {100 * c['est_mfu']:.1f}%, "
                    f"{c['tokens_per_s_per_chip']:,.0f} tokens/s per chip ({c['method']})")
+      if c.get("bytes_by_category"):
+        t = c["bytes_by_category"]
+        top = sorted(t["by_category"].items(), key=lambda kv: -kv[1])[:4]
+        lines.append("  its bytes by category: " + ", ".join(
+            f"{k} {100 * v / max(t['total_bytes'], 1):.0f}%" for k, v in top)
+            + f"; {t['hbm_bytes'] / 1e9:.2f} GB of {t['total_bytes'] / 1e9:.2f} GB in HBM")
     elif r.get("cost_note"):
       lines.append(f"  TPU compiler's estimate: {r['cost_note']}")
     if r["collectives"] is None:
