@@ -121,15 +121,18 @@ def guarded_update(finite, update: Callable, old):
   step or (skip_nonfinite) carries on.
 
   Per platform (parallel.trace_platform), the same semantics:
-  - TPU / CPU: a cond. Only the taken branch runs, so a normal step pays no extra pass
-    over the params and both Adam moments, and the predicate stays on the device.
-  - GPU: a select. XLA:GPU runs a conditional's predicate through the host (its
-    conditional thunk copies it back and waits), so a cond would stall the host every
-    step until forward and backward finish, and with it the dispatch of the next step;
-    the select is elementwise, fused into the optimizer update's own pass, and the host
-    never waits.
+  - GPU and TPU: a select, elementwise, fused into the optimizer update's own pass over
+    the params and Adam moments, so it costs no pass of its own. XLA:GPU runs a
+    conditional's predicate through the host (its conditional thunk copies it back and
+    waits), so a cond would stall the host every step until forward and backward finish,
+    and with it the dispatch of the next step. On TPU a cond's boundary keeps XLA from
+    fusing the gradients' float32 casts into the update and from sharing the gradient
+    norm of the guard with the one optax's clipping computes inside the branch: both
+    become passes over every gradient of their own (the TPU compiler's estimate of the
+    step, docs/performance-notes.md).
+  - CPU: a cond; only the taken branch runs.
   """
-  if parallel.trace_platform() == "gpu":
+  if parallel.trace_platform() in ("gpu", "tpu"):
     new = update()
     return jax.tree_util.tree_map(lambda n, o: jnp.where(finite, n, o), new, old)
   return jax.lax.cond(finite, lambda _: update(), lambda _: old, None)

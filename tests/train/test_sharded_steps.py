@@ -126,7 +126,7 @@ def test_gradient_accumulation_equals_one_big_batch():
 
 def test_nonfinite_step_leaves_state_untouched():
   """Here a cond; the same step lowered for cuda has a select instead (no conditional,
-  whose predicate XLA:GPU reads on the host: steps.guarded_update)."""
+  whose predicate XLA:GPU reads on the host; on TPU too: steps.guarded_update)."""
   cfg = tiny_config(learning_rate=1e-3)
   batch = random_batch(3)
   mesh = parallel.create_mesh((8, 1, 1))
@@ -156,9 +156,9 @@ def test_nonfinite_step_leaves_state_untouched():
   jax.tree_util.tree_map(np.testing.assert_array_equal, after, before)
 
 
-@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+@pytest.mark.parametrize("platform", ["cpu", "gpu", "tpu"])
 def test_guarded_update_changes_nothing_when_not_finite(platform):
-  """Both of guarded_update's forms (cond; select on GPU), run here: the old tree, bit for
+  """Both of guarded_update's forms (cond on CPU; select on GPU and TPU), run here: the old tree, bit for
   bit, when not finite, and the update when finite."""
   old = {"w": np.arange(4.0, dtype=np.float32), "count": np.int32(3)}
   update = lambda: {"w": old["w"] * np.nan, "count": old["count"] + 1}
