@@ -1,9 +1,10 @@
 """`launch/sweep.py --aot`: every point of a sweep compiled for a TPU topology, as a table.
 
 Nothing runs: each point's train step goes through bert_jax/aot (the TPU compiler from
-libtpu, no TPU), and the table says per chip what fits, its HBM, temporaries, collectives
-and roofline step time, then the largest global batch that fits per (mesh, remat)
-strategy. Rows can be kept in a jsonl file as they come, so a stopped sweep resumes.
+libtpu, no TPU), and the table says per chip what fits, its HBM, temporaries, collectives,
+roofline and the compiler's estimate of the step time, then the largest global batch that
+fits per (mesh, remat) strategy and the point that fits with the highest estimated
+throughput: the remat policy and mesh to train with, chosen from the AOT figures. Rows can be kept in a jsonl file as they come, so a stopped sweep resumes.
 """
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def aot_rows(config_path: str, topology: str, extra: list[str], jsonl: str = "",
     row.update(fits=report["fits"], mesh=report["mesh"], hbm=worst.get("hbm"),
                compile_seconds=sum(r["compile_seconds"] for r in report["steps"]),
                roofline=worst.get("roofline"), chip=report["chip"],
-               collectives=worst.get("collectives"))
+               collectives=worst.get("collectives"), cost=_estimate(worst.get("cost")))
     _keep(rows, row, jsonl)
     if not row["fits"] and batch is not None:
       too_big[strategy] = min(too_big.get(strategy, batch), batch)
@@ -119,20 +120,22 @@ def aot_table(rows: list[dict], topology: str) -> str:
   out = [f"AOT sweep on {topology}: train step per chip (HBM total incl. program; "
          "temporaries = activations and workspace; collectives per step: count / MiB per "
          "chip of all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute; "
-         "roofline = lower bound of the step time from peak FLOP/s and HBM bandwidth).", "",
+         "roofline = lower bound of the step time from peak FLOP/s and HBM bandwidth; "
+         "est. ms = the TPU compiler's estimate of the step, bert_jax/aot/cost.py).", "",
          "| " + " | ".join(k.split(".")[-1] for k in keys)
          + " | fits | HBM per chip | temporaries | collectives AR / AG / RS / A2A / CP "
-         "| roofline ms | compile s |",
-         "|" + " --- |" * (len(keys) + 6)]
+         "| roofline ms | est. ms | compile s |",
+         "|" + " --- |" * (len(keys) + 7)]
   best = {}
   for r in rows:
     hbm = (f"{r['hbm']['total'] / 2 ** 30:.2f} GiB" if r.get("hbm") else
            r.get("error", "").replace("train step does not fit: ", "").split(" (")[0][:90])
     roof = f"{r['roofline']['step_seconds'] * 1e3:.1f}" if r.get("roofline") else ""
     comp = f"{r['compile_seconds']:.0f}" if "compile_seconds" in r else ""
+    est = f"{r['cost']['optimal_seconds'] * 1e3:.1f}" if r.get("cost") else ""
     out.append("| " + " | ".join(cell(r["overrides"][k]) for k in keys)
                + f" | {'yes' if r['fits'] else 'no'} | {hbm} | {_temporaries(r)} "
-               f"| {_collectives(r.get('collectives'))} | {roof} | {comp} |")
+               f"| {_collectives(r.get('collectives'))} | {roof} | {est} | {comp} |")
     strategy = points.strategy(r["overrides"])
     batch = r["overrides"].get(points.BATCH_KEY)
     if r["fits"] and batch is not None:
@@ -141,7 +144,21 @@ def aot_table(rows: list[dict], topology: str) -> str:
       best.setdefault(strategy, 0)
   out += ["", "| strategy | largest global batch that fits |", "| --- | --- |"]
   out += [f"| {', '.join(s)} | {b or 'none of the swept'} |" for s, b in best.items()]
+  fastest = max((r for r in rows if r["fits"] and r.get("cost")),
+                key=lambda r: r["cost"]["tokens_per_s_per_chip"], default=None)
+  if fastest is not None:
+    c = fastest["cost"]
+    out += ["", "Fastest point that fits, by the TPU compiler's estimate: " + ", ".join(
+        f"{k.split('.')[-1]} {cell(v)}" for k, v in fastest["overrides"].items())
+        + f" ({c['tokens_per_s_per_chip']:,.0f} tokens/s per chip, "
+        f"{c['optimal_seconds'] * 1e3:.1f} ms per step, est. MFU {100 * c['est_mfu']:.0f}%)"]
   return "\n".join(out)
+
+
+def _estimate(cost: dict | None) -> dict | None:
+  """What a row keeps of a step's "cost" (aot/cost.py): the time and what follows."""
+  keep = ("optimal_seconds", "est_mfu", "tokens_per_s_per_chip", "bytes_per_chip")
+  return {k: cost[k] for k in keep} if cost else None
 
 
 def _temporaries(row: dict) -> str:

@@ -74,6 +74,8 @@ def test_aot_table_lists_points_and_the_largest_fitting_batch_per_strategy():
     if total is not None:
       r.update(hbm={"total": total * gib, "temporaries": (total - 1) * gib},
                roofline={"step_seconds": 0.05},
+               cost={"optimal_seconds": total / 100, "est_mfu": 0.4,
+                     "tokens_per_s_per_chip": batch * 1000 / total ** 0.5},
                collectives={"all-reduce": {"count": 226, "bytes": 867 * 2 ** 20},
                             "all-gather": {"count": 390, "bytes": 1217 * 2 ** 20},
                             "all-to-all": {"count": 0, "bytes": 0}})
@@ -85,9 +87,15 @@ def test_aot_table_lists_points_and_the_largest_fitting_batch_per_strategy():
           row((1, -1, 1), 256, True, 3.0), row((1, -1, 1), 1024, True, 12.0),
           row((1, -1, 1), 4096, False)]
   table = aot.aot_table(rows, "v5e-256")
-  assert "| -1x1x1 | 1024 | no | 17.00 GiB | 16.00 | 226/867 / 390/1217 / 0 / 0 / 0 | 50.0 | 12 |" in table
+  assert ("| -1x1x1 | 1024 | no | 17.00 GiB | 16.00 | 226/867 / 390/1217 / 0 / 0 / 0 | 50.0 "
+          "| 170.0 | 12 |") in table
   assert ("| 1x-1x1 | 4096 | no | needs >= 19.67 GiB per chip of 16.0 GiB; dominant term: "
-          "temporaries 19.67 GiB | >= 19.67 |  |  | 12 |") in table
+          "temporaries 19.67 GiB | >= 19.67 |  |  |  | 12 |") in table
+  # Of the points that fit, 1x-1x1 at 1024 rows has the highest tokens/s per chip
+  # (1024 * 1000 / sqrt(12)), not the -1x1x1 one that does not fit (1024 * 1000 / sqrt(17)).
+  assert table.endswith("Fastest point that fits, by the TPU compiler's estimate: "
+                        "mesh_shape 1x-1x1, batch_size 1024 (295,603 tokens/s per chip, "
+                        "120.0 ms per step, est. MFU 40%)")
   assert "| -1x1x1 | 256 |" in table.split("largest global batch")[1]
   assert "| 1x-1x1 | 1024 |" in table.split("largest global batch")[1]
 
