@@ -65,7 +65,7 @@ def our_config(variant: str, overrides: dict, batch: int, seq: int, preds: int,
   c = base_config("bert_pretraining")
   c.model = ml_collections.ConfigDict(dict(
       # scan_layers None: the per-platform default of the pretraining configs
-      # (train/defaults.default_for: unrolled up to 12 layers on CPU).
+      # (train/defaults.default_for: unrolled up to 12 layers).
       variant=variant, dtype="float32", scan_layers=None, remat_policy="none",
       dropout_rate=0.1, attention_dropout_rate=attention_dropout))
   c.model.update(overrides)

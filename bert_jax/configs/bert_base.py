@@ -2,9 +2,9 @@
 seq 128 for 90% of the steps then 512; Adam 1e-4 (β 0.9/0.999, ε 1e-6), 10k warmup,
 linear decay, weight decay 0.01; bf16 compute, params and optimizer state in float32.
 
-Per-platform default: `model.scan_layers` is None, i.e. scanned layers on TPU/GPU (compile
-time independent of depth) and the 12 layers unrolled on CPU, where scan costs ~10% of
-every step (train/defaults.default_for; bench/RESULTS.md@0762931 "Train step"). A resumed
+Per-platform default: `model.scan_layers` is None, i.e. the 12 layers unrolled on every
+platform (train/defaults.default_for: on TPU a scanned stack without remat holds twice
+the activations, and on CPU scan costs ~10% of every step). A resumed
 run keeps the layout of its checkpoints. --config.model.scan_layers=true|false fixes it.
 
 Run (one host; TPU pods: launch/tpu_pod.sh; SLURM: launch/slurm.sbatch):
@@ -21,10 +21,12 @@ from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
 # none, so attention takes the written-out path there, and the start-up line says so;
 # for speed: --config.model.attention_dropout_rate=0 (as MosaicBERT and Cramming train).
 
-# Remat per phase, from the AOT table (bench/RESULTS.md@0762931 "AOT", v5e:2x2, the recipe's 256
-# rows, data parallel): dots_no_batch needs 3.38 GiB per chip at S128 and 9.73 GiB at S512
-# of 16, so neither phase needs `full`'s recomputation of every matmul.
-S128_REMAT, S512_REMAT = "dots_no_batch", "dots_no_batch"
+# Remat per phase, from the AOT figures (v5e:2x2, data parallel; docs/aot.md): at S128 the
+# unrolled stack fits without remat up to 1024 rows (4x the recipe's 256), and the TPU
+# compiler's estimate of the step is then the fastest of the policies (bench/RESULTS.md
+# "TPU cost model"); S512 keeps dots_no_batch (bench/RESULTS.md@0762931 "AOT": 9.73 GiB
+# per chip of 16 at 256 rows), not `full`'s recomputation of every matmul.
+S128_REMAT, S512_REMAT = "none", "dots_no_batch"
 
 
 def get_config(arg=None):

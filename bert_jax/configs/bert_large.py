@@ -4,7 +4,7 @@ Run:
   python -m bert_jax.main --config configs/bert_large.py --workdir /path/to/bert_large
 The mesh shards weights and optimizer state over 'fsdp' (4-way) and data over the rest.
 Layers are scanned on every platform (`model.scan_layers` None = per platform: only
-stacks of up to 12 layers unroll on CPU; train/defaults.default_for).
+stacks of up to 12 layers unroll; train/defaults.default_for).
 Arg `s512`: one phase at 512 tokens (80 predictions), the phase that decides memory.
 Before booking a pod, compile it for the pod's topology (no TPU needed):
   python -m bert_jax.aot --config configs/bert_large.py --topology v5e:4x4

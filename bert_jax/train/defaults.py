@@ -78,22 +78,26 @@ def model_config(variant: str, **overrides) -> ml_collections.ConfigDict:
 
 # TransformerConfig bool fields whose None means "the platform's default" (default_for).
 PER_PLATFORM_FIELDS = ("scan_layers",)
-# Deepest stack that runs unrolled on CPU when scan_layers is per platform (None).
-CPU_UNROLLED_MAX_LAYERS = 12
+# Deepest stack that runs unrolled when scan_layers is per platform (None).
+UNROLLED_MAX_LAYERS = 12
 
 
 def default_for(field: str, num_layers: int, platform: str) -> bool:
   """The value of a PER_PLATFORM_FIELDS field on `platform` ("cpu", "gpu", "tpu").
 
-  scan_layers: accelerators scan: the compile time of a scanned stack does not grow with
-  depth (24 layers: 7.7 s vs 36.6 s here) and remat policies apply per layer. On CPU,
-  scan costs 8-10% of every step (the stacked-layer bookkeeping: dynamic slices of the
-  stacked params and residuals, bench/RESULTS.md@0762931 "Train step"), which repays the extra
-  compile of a shallow model within a few hundred steps, so up to CPU_UNROLLED_MAX_LAYERS
-  layers are unrolled there.
+  scan_layers: up to UNROLLED_MAX_LAYERS layers are unrolled on every platform, deeper
+  stacks scanned. A scanned stack's compile time does not grow with depth (24 layers:
+  7.7 s vs 36.6 s here), which pays for itself on a deep model. A shallow one loses by
+  the scan: on CPU it costs 8-10% of every step (the stacked-layer bookkeeping: dynamic
+  slices of the stacked params and residuals, bench/RESULTS.md@0762931 "Train step"),
+  and on TPU without remat the scanned program holds about twice the activations of the
+  unrolled one (BERT-base S128 at 1024 rows on v5e:2x2 fits unrolled without remat and
+  not scanned: docs/aot.md), so it needs a remat policy that recomputes, and the TPU
+  compiler's estimate of the step is slower (bench/RESULTS.md "TPU cost model").
   """
   if field == "scan_layers":
-    return platform != "cpu" or num_layers > CPU_UNROLLED_MAX_LAYERS
+    del platform  # the same rule everywhere; kept for a platform that may differ
+    return num_layers > UNROLLED_MAX_LAYERS
   raise KeyError(f"{field!r} is not one of {PER_PLATFORM_FIELDS}")
 
 
