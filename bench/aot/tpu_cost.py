@@ -9,9 +9,14 @@ Per case (model, sequence length, global batch, topology), three systems, all bf
 BERT's dropout 0.1 on the hidden states and the attention probabilities:
 
 * ours: the config (configs/bert_base.py, configs/bert_large.py) at its defaults for that
-  phase: its remat policy and mesh, scanned layers, the attention path "auto" picks;
-* ours_like: the same with no remat and plain data parallelism (mesh -1,1,1), the
-  setting Flax BERT runs in: the like-for-like comparison;
+  phase: its remat policy, mesh and layer layout (unrolled up to 12 layers), the
+  attention path "auto" picks;
+* ours_reference: ours with attention_impl "reference", the written-out attention (scores,
+  softmax and the dropout mask in HBM) that ran before kernels/flash_dropout.py: the
+  fused kernel's effect;
+* ours_like: the same as ours with no remat and plain data parallelism (mesh -1,1,1), the
+  setting Flax BERT runs in: the like-for-like comparison (ours itself where the defaults
+  are that already);
 * theirs: FlaxBertForPreTraining as bench/aot/vs_flaxbert.py builds it (run_mlm_flax's
   step: MLM loss over every position's logits, NSP, optax AdamW), no gradient
   checkpointing, data parallel: its own default, so both like-for-like and at its best
@@ -58,8 +63,10 @@ MFU_GOALS = {"base_s128_b1024": 0.55, "large_s512_b256": 0.50}
 SPEEDUP_GOAL = 1.3
 
 
-def our_config(path: str, seq: int, predictions: int, batch: int, like: bool):
-  """The config's phase at `seq` as the only phase; `like`: no remat, data parallel."""
+def our_config(path: str, seq: int, predictions: int, batch: int, like: bool,
+               attention: str = ""):
+  """The config's phase at `seq` as the only phase; `like`: no remat, data parallel;
+  attention: model.attention_impl ("" keeps the config's)."""
   spec = importlib.util.spec_from_file_location("cfg", os.path.join(_ROOT, path))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
@@ -70,15 +77,18 @@ def our_config(path: str, seq: int, predictions: int, batch: int, like: bool):
     phase["remat_policy"] = "none"
     c.model.remat_policy = "none"
     c.mesh_shape = (-1, 1, 1)
+  if attention:
+    c.model.attention_impl = attention
   c.train.phases = (phase,)
   c.train.batch_size = batch
   return c
 
 
-def ours(case: str, like: bool) -> dict:
+def ours(case: str, like: bool, attention: str = "") -> dict:
   path, _, seq, predictions, batch, topology = CASES[case]
   try:
-    r = check(our_config(path, seq, predictions, batch, like), topology, steps=("train",))
+    r = check(our_config(path, seq, predictions, batch, like, attention), topology,
+              steps=("train",))
   except report_lib.DoesNotFitError as e:
     r = e.report
   step = r["steps"][0]
@@ -112,8 +122,17 @@ def theirs(case: str, remat: bool, num_params: int) -> dict:
           "compile_seconds": round(time.perf_counter() - t0, 1), "error": ""}
 
 
-def run_case(case: str) -> dict:
-  rows = {"ours": ours(case, like=False), "ours_like": ours(case, like=True)}
+SYSTEMS = ("ours", "ours_like", "ours_reference", "theirs")
+
+
+def run_case(case: str, systems=SYSTEMS) -> dict:
+  rows = {"ours": ours(case, like=False)}
+  if "ours_like" in systems:
+    mesh = rows["ours"]["mesh"]
+    same = rows["ours"]["remat"] == "none" and mesh.get("fsdp") == mesh.get("tensor") == 1
+    rows["ours_like"] = dict(rows["ours"]) if same else ours(case, like=True)
+  if "ours_reference" in systems:
+    rows["ours_reference"] = ours(case, like=False, attention="reference")
   n = rows["ours"]["num_params"]
   rows["theirs"] = theirs(case, remat=False, num_params=n)
   if not rows["theirs"]["fits"]:
@@ -143,10 +162,15 @@ def case_result(case: str, rows: dict, load_before: float) -> dict:
                 results_io.figure(f"{what}: HBM per chip", round(r["hbm_gib"], 2), "GiB")]
   best_theirs = _seconds(rows["theirs"]) or _seconds(rows.get("theirs_remat", {}))
   speed = {k: best_theirs / _seconds(rows[k]) if best_theirs and _seconds(rows[k]) else None
-           for k in ("ours", "ours_like")}
+           for k in ("ours", "ours_like") if k in rows}
   for k, v in speed.items():
     if v:
       figures.append(results_io.figure(f"Flax BERT / {k}: est. step", round(v, 2), "x"))
+  if _seconds(rows["ours"]) and _seconds(rows.get("ours_reference", {})):
+    figures.append(results_io.figure(
+        "fused attention dropout / written-out: est. step",
+        round(_seconds(rows["ours"]) / _seconds(rows["ours_reference"]), 3), "x",
+        "kernels/flash_dropout.py against attention_impl=reference, both at our defaults"))
   mfu_goal = MFU_GOALS.get(case)
   ours_mfu = rows["ours"]["cost"]["est_mfu"] if _seconds(rows["ours"]) else 0.0
   met = bool(speed["ours"] and speed["ours"] >= SPEEDUP_GOAL
@@ -156,7 +180,7 @@ def case_result(case: str, rows: dict, load_before: float) -> dict:
   name = f"BERT-{size} S{seq}, {batch} rows, {topology}"
   headline = (f"ours {1e3 * (_seconds(rows['ours']) or 0):.1f} ms "
               f"({100 * ours_mfu:.0f}% est. MFU), like-for-like "
-              f"{1e3 * (_seconds(rows['ours_like']) or 0):.1f} ms, Flax BERT "
+              f"{1e3 * (_seconds(rows.get('ours_like', {})) or 0):.1f} ms, Flax BERT "
               f"{1e3 * (best_theirs or 0):.1f} ms")
   notes = ("The TPU compiler's cost model (optimal_seconds), not a measured time: "
            f"libtpu {_libtpu_version()}, layers unrolled for the cost, "
@@ -181,6 +205,8 @@ def _libtpu_version() -> str:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
   p.add_argument("--cases", default=",".join(CASES))
+  p.add_argument("--systems", default=",".join(SYSTEMS),
+                 help="of ours (always), ours_like, ours_reference, theirs (always)")
   p.add_argument("--results-dir", default=results_io.RESULTS_DIR)
   p.add_argument("--no-result", action="store_true", help="write no result file")
   args = p.parse_args(argv)
@@ -195,7 +221,7 @@ def main(argv=None) -> int:
       print(json.dumps({"case": case, "skipped": str(e)}), flush=True)
       continue
     load_before = results_io.load()
-    rows = run_case(case)
+    rows = run_case(case, args.systems.split(","))
     if not args.no_result:
       print("wrote", results_io.write(case_result(case, rows, load_before), args.results_dir))
   return 0
