@@ -4,7 +4,8 @@ Nothing runs: each point's train step goes through bert_jax/aot (the TPU compile
 libtpu, no TPU), and the table says per chip what fits, its HBM, temporaries, collectives,
 roofline and the compiler's estimate of the step time, then the largest global batch that
 fits per (mesh, remat) strategy and the point that fits with the highest estimated
-throughput: the remat policy and mesh to train with, chosen from the AOT figures. Rows can be kept in a jsonl file as they come, so a stopped sweep resumes.
+throughput: the remat policy and mesh to train with, chosen from the AOT figures. Rows
+can be kept in a jsonl file as they come, so a stopped sweep resumes.
 """
 from __future__ import annotations
 

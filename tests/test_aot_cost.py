@@ -47,7 +47,7 @@ def test_a_negative_time_is_refused_not_reported():
 def test_grad_accumulation_gives_no_estimate_rather_than_a_wrong_one():
   c = _config((4, 1, 1))
   c.train.grad_accum_steps = 2
-  raw, why = cost_lib.step_cost(c, compile_twin=lambda _: pytest.fail("compiled"))
+  raw, why = cost_lib.step_cost(c, True, compile_twin=lambda _: pytest.fail("compiled"))
   assert raw is None and "microbatch loop once" in why
 
 

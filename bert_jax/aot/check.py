@@ -85,15 +85,18 @@ def _check_task(config, topology, steps, config_name, task, cost):
       # A phase may recompute differently from the model's default (tasks/pretraining.py).
       r["remat_policy"] = phase.get("remat_policy", task.model_config.remat_policy)
       if estimate and r["fits"]:
-        r["cost"] = _cost(config, topology, name, phase, r, report)
+        r["cost"] = _cost(config, topology, name, phase, r, report, task)
+      elif cost and r["fits"]:
+        r["cost_note"] = "not estimated: its twin is built from the config, not a given task"
       report["steps"].append(r)
       texts.append(step.hlo_text)
       names.append(f"{name}_phase{i}")
   return report, texts, names
 
 
-def _cost(config, topology, name, phase, r, report) -> dict | None:
-  """The step's "cost" (cost_lib.estimate + how it was obtained), None when unknown."""
+def _cost(config, topology, name, phase, r, report, task) -> dict | None:
+  """The step's "cost" (cost_lib.estimate + how it was obtained), None when unknown (the
+  reason in r["cost_note"]: the cost is an extra, so no failure of it stops the report)."""
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
 
   def compile_twin(c):
@@ -101,24 +104,34 @@ def _cost(config, topology, name, phase, r, report) -> dict | None:
     step = compile_lib.compile_step(setup, name, phase, r["global_batch"],
                                     cost_lib.COST_COMPILER_OPTIONS)
     if step.compiled is None:
-      raise ValueError(f"the {name} step's cost twin does not fit: {step.error[:200]}")
+      raise ValueError(f"the {name} step's cost twin does not fit: "
+                       f"{step.error.splitlines()[0][:200]}")
     out = cost_lib.compiler_cost(step.compiled)
     if step.hlo_text is not None:  # where the bytes go (aot/traffic.py)
-      out["traffic"] = traffic.bytes_by_category(step.hlo_text, top=10)
+      try:
+        out["traffic"] = traffic.bytes_by_category(step.hlo_text, top=10)
+      except Exception as e:  # pylint: disable=broad-except  (HLO text it cannot read)
+        out["traffic_error"] = str(e).splitlines()[0][:200]
     return out
 
+  m = task.model_config
   try:
-    raw, method = cost_lib.step_cost(config, compile_twin)
-  except ValueError as e:  # the twin does not fit, or a time the compiler did not count
-    raw, method = None, f"unknown: {e}"
+    raw, method = cost_lib.step_cost(config, bool(getattr(m, "scan_layers", False)),
+                                     compile_twin)
+  except Exception as e:  # pylint: disable=broad-except  (libtpu errors, an odd program)
+    raw, method = None, "unknown: " + (str(e).strip().splitlines() or [type(e).__name__])[0]
   if raw is None:
     r["cost_note"] = method
     return None
-  m = config.model
   tokens = r["global_batch"] * r["seq_len"]
-  flops = cost_lib.model_flops(
-      report["state"]["num_params"], int(m.num_layers) + int(m.get("num_decoder_layers") or 0),
-      r["seq_len"], int(m.hidden_size), tokens, train=name == "train")
+  one_stack = (hasattr(m, "num_layers") and hasattr(m, "hidden_size")
+               and not int(getattr(m, "num_decoder_layers", 0) or 0))
+  if one_stack:
+    flops = cost_lib.model_flops(report["state"]["num_params"], int(m.num_layers),
+                                 r["seq_len"], int(m.hidden_size), tokens,
+                                 train=name == "train")
+  else:  # an encoder-decoder or the GRU: the task's own accounting (step_report's)
+    flops, method = r["model_flops_per_step"], method + "; model flops: the task's own"
   out = cost_lib.estimate(raw, flops, tokens, report["num_chips"],
                           report["chip"]["peak_bf16_flops"])
   out["method"] = method

@@ -15,7 +15,7 @@ leaves out). Two things make the raw figures wrong, and this module corrects bot
   buffers as a pass over the whole buffer, which a layer's difference then multiplies;
   docs/aot.md has the figures.) With gradient accumulation the microbatch loop is counted
   once too, and no estimate is given.
-* libtpu (0.0.52) reports each sliced-prefetch custom call as -1 flop, -1 byte and -1 s,
+* libtpu reports each sliced-prefetch custom call as -1 flop, -1 byte and -1 s,
   which turns optimal_seconds negative. The cost compiles pass
   xla_tpu_sliced_prefetch_max_slices=1, which keeps prefetches whole and counted; the
   step compiled for the memory report keeps the compiler's default.
@@ -23,7 +23,9 @@ leaves out). Two things make the raw figures wrong, and this module corrects bot
 model_flops is the useful work of a step, the same formula for every implementation of a
 model (PaLM, Chowdhery et al. 2022, appendix B): 6 N T + 12 L S d T per training step
 (N parameters, T tokens, L layers, S sequence length, d width); a third of it for an
-eval step (forward only). est_mfu = model_flops / chips / optimal_seconds / peak bf16.
+eval step (forward only). Models it does not describe (an encoder-decoder, the GRU) use
+their task's own accounting (`flops_per_example`), and the report says which.
+est_mfu = model_flops / chips / optimal_seconds / peak bf16.
 """
 from __future__ import annotations
 
@@ -52,7 +54,9 @@ def compiler_cost(compiled) -> dict:
 
 def model_flops(num_params: int, num_layers: int, seq_len: int, hidden: int, tokens: int,
                 train: bool = True) -> float:
-  """6 N T + 12 L S d T for a training step, a third of it for a forward (eval) step."""
+  """6 N T + 12 L S d T for a training step, a third of it for a forward (eval) step: an
+  encoder's or a decoder's, one stack over one sequence (check.py gives other models
+  their task's own flops accounting instead)."""
   flops = 6.0 * num_params * tokens + 12.0 * num_layers * seq_len * hidden * tokens
   return flops if train else flops / 3.0
 
@@ -68,15 +72,17 @@ def estimate(raw: dict, flops: float, tokens: int, num_chips: int, peak_flops: f
           **({"bytes_by_category": raw["traffic"]} if "traffic" in raw else {})}
 
 
-def step_cost(config, compile_twin) -> tuple[dict | None, str]:
+def step_cost(config, scanned: bool, compile_twin) -> tuple[dict | None, str]:
   """(the compiler's cost of the step with every layer counted, or None; how).
 
-  compile_twin(config) compiles the step for `config` or a variant of it (platform
-  resolved) with COST_COMPILER_OPTIONS and returns its compiler_cost."""
+  scanned: whether the task's model scans its layers (task.model_config.scan_layers: a
+  fine-tuning run takes its encoder from init_from, not config.model). compile_twin(config)
+  compiles the step for `config` or a variant of it (platform resolved) with
+  COST_COMPILER_OPTIONS and returns its compiler_cost."""
   if int(config.train.get("grad_accum_steps") or 1) > 1:
     return None, ("unknown with grad_accum_steps > 1: the compiler counts the microbatch "
                   "loop once; compile at the microbatch's batch size instead")
-  if not config.model.scan_layers:
+  if not scanned:
     return compile_twin(config), "unrolled layers"
   twin = copy.deepcopy(config)
   with twin.unlocked():

@@ -14,7 +14,8 @@ in int32: the bits are identical, and int32 is what the TPU's scalar and vector 
 (and Mosaic's lowering) handle natively, with no unsigned compare needed at the end.
 
 The hash: a per-(seed, row, head) stream word from three chained rounds; a per-query word
-mix(stream + q) and a per-key word mix(k + _KEY_SALT) (one per block row / column, cheap);
+mix(stream ^ mix(q + salt)) and a per-key word mix(k + _KEY_SALT) (one per block row /
+column, cheap);
 per element one more round of their xor. Each round is Wellons' "lowbias32" finalizer
 (hash-prospector; a murmur3-fmix-style xorshift-multiply, with a lower avalanche bias).
 An element is kept when its top 31 bits are at least rate * 2^31: probability 1 - rate to
@@ -40,6 +41,7 @@ _MUL_1 = _word(0x7FEB352D)      # lowbias32's multipliers
 _MUL_2 = _word(0x846CA68B)
 _SEED_SALT = _word(0x9E3779B9)  # 2^32 / golden ratio: the seed word is never the raw seed
 _KEY_SALT = _word(0x632BE5AB)   # keeps key k's word apart from query k's
+_QUERY_SALT = _word(0x2545F491)
 _16, _15 = np.int32(16), np.int32(15)
 
 
@@ -64,8 +66,10 @@ def stream_word(seed: Array, row: Array, head: Array) -> Array:
 
 
 def query_word(stream: Array, q_pos: Array) -> Array:
-  """Per query position (global, 0-based), given its matrix's stream word."""
-  return mix(stream + q_pos)
+  """Per query position (global, 0-based), given its matrix's stream word. The position
+  is mixed before it meets the stream: with stream + q, two matrices whose words differ
+  by less than the length would share rows, shifted."""
+  return mix(stream ^ mix(q_pos + _QUERY_SALT))
 
 
 def key_word(kv_pos: Array) -> Array:

@@ -152,24 +152,40 @@ def _call(name, kernel, grid, in_specs, out_specs, out_shape, scratch, static, c
       cost_estimate=cost, interpret=static.interpret)(*args)
 
 
-def _cost(q, k, matmuls: int, exps: int) -> pl.CostEstimate:
-  """What XLA's scheduler is told a kernel costs (it cannot see inside a custom call)."""
+def _cost(q, k, static: _Static, matmuls: int, q_arrays: int, k_arrays: int, rows: int,
+          q_again: bool) -> pl.CostEstimate:
+  """What XLA is told a kernel costs (it cannot see inside a custom call; the TPU
+  compiler's estimate of the step, bert_jax/aot/cost.py, takes it as it is). Bytes:
+  q_arrays [.., q_len, d] and k_arrays [.., kv_len, d] arrays and `rows` float32 [b, h,
+  q_len] statistics, the side that the grid's inner axis walks read once per block of the
+  other side (q_again: the query side is re-read, else the key side); ids left out."""
   batch, heads, q_len, d = q.shape
-  elements = batch * heads * q_len * k.shape[2]
-  return pl.CostEstimate(flops=2 * matmuls * elements * d, transcendentals=exps * elements,
-                         bytes_accessed=4 * q.size * q.dtype.itemsize)
+  kv_len = k.shape[2]
+  elements = batch * heads * q_len * kv_len
+  q_bytes = q_arrays * q.size * q.dtype.itemsize + rows * 4 * batch * heads * q_len
+  k_bytes = k_arrays * k.size * k.dtype.itemsize
+  if q_again:
+    q_bytes *= kv_len // static.block_kv
+  else:
+    k_bytes *= q_len // static.block_q
+  return pl.CostEstimate(flops=2 * matmuls * elements * d, transcendentals=elements,
+                         bytes_accessed=int(q_bytes + k_bytes))
 
 
 # ---------------------------------------------------------------------- in the kernels
 def _dropped(meta_ref, q_pos, kv_pos, rate: float, x: Array) -> Array:
   """x with the dropped elements 0 (kept ones unscaled): q_pos / kv_pos broadcast to
   x's shape, either way round. Grid axes 0 and 1 are the local row and head."""
+  return jnp.where(_keep(meta_ref, q_pos, kv_pos, rate), x, 0.0)
+
+
+def _keep(meta_ref, q_pos, kv_pos, rate: float) -> Array:
+  """The keep bits of a block (see _dropped)."""
   row = meta_ref[1] + pl.program_id(0)
   head = meta_ref[2] + pl.program_id(1)
   stream = dropout_hash.stream_word(meta_ref[0], row, head)
-  keep = dropout_hash.keep(dropout_hash.query_word(stream, q_pos),
+  return dropout_hash.keep(dropout_hash.query_word(stream, q_pos),
                            dropout_hash.key_word(kv_pos), rate)
-  return jnp.where(keep, x, 0.0)
 
 
 def _masked(s: Array, allowed: Array, q_pos, kv_pos, causal: bool) -> Array:
@@ -267,8 +283,9 @@ def _dkv_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_re
   dp = lax.dot_general(v_ref[...], do_ref[...], _NT, preferred_element_type=_F32)
   kept = p
   if static.rate:
-    kept = _dropped(meta_ref, q_pos, kv_pos, static.rate, p)
-    dp = _dropped(meta_ref, q_pos, kv_pos, static.rate, dp) * (1.0 / (1.0 - static.rate))
+    keep = _keep(meta_ref, q_pos, kv_pos, static.rate)   # one hash for both products
+    kept = jnp.where(keep, p, 0.0)
+    dp = jnp.where(keep, dp, 0.0) * (1.0 / (1.0 - static.rate))
   dv_acc_ref[...] += lax.dot_general(kept.astype(do_ref.dtype), do_ref[...], _NN,
                                      preferred_element_type=_F32)
   ds = p * (dp - di_ref[...])
@@ -300,7 +317,8 @@ def _forward(q, k, v, q_ids, kv_ids, meta, static: _Static):
              pltpu.VMEM((bq, d), _F32)]
   kernel = functools.partial(_forward_kernel, static=static)
   return _call("flash_dropout_fwd", kernel, grid, in_specs, out_specs, out_shape, scratch,
-               static, _cost(q, k, 2, 1), meta, q, k, v, _columns(q_ids), _rows(kv_ids))
+               static, _cost(q, k, static, 2, q_arrays=2, k_arrays=2, rows=1, q_again=False),
+               meta, q, k, v, _columns(q_ids), _rows(kv_ids))
 
 
 def _backward_specs(q, k, bq, bk, q_major: bool):
@@ -328,8 +346,9 @@ def _backward_dq(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static: _Static):
   kernel = functools.partial(_dq_kernel, static=static)
   grid = (batch, heads, q_len // bq, k.shape[2] // bk)
   return _call("flash_dropout_dq", kernel, grid, in_specs, q_spec,
-               jax.ShapeDtypeStruct(q.shape, q.dtype), scratch, static, _cost(q, k, 3, 1), meta, q, k, v, d_out, lse, di,
-               _columns(q_ids), _rows(kv_ids))
+               jax.ShapeDtypeStruct(q.shape, q.dtype), scratch, static,
+               _cost(q, k, static, 3, q_arrays=3, k_arrays=2, rows=2, q_again=False),
+               meta, q, k, v, d_out, lse, di, _columns(q_ids), _rows(kv_ids))
 
 
 def _backward_dkv(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static: _Static):
@@ -344,5 +363,7 @@ def _backward_dkv(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static: _Static)
   kernel = functools.partial(_dkv_kernel, static=static)
   grid = (batch, heads, k.shape[2] // bk, q_len // bq)
   return _call("flash_dropout_dkv", kernel, grid, in_specs, [kv_spec, kv_spec], out_shape,
-               scratch, static, _cost(q, k, 4, 1), meta, q, k, v, d_out, lse, di, _rows(q_ids),
+               scratch, static,
+               _cost(q, k, static, 4, q_arrays=2, k_arrays=4, rows=2, q_again=True),
+               meta, q, k, v, d_out, lse, di, _rows(q_ids),
                _columns(kv_ids))
