@@ -11,8 +11,8 @@ The largest batch that fits per system is the last line.
 
 * ours: configs/bert_large.py (bf16 compute, scan over layers, remat `dots_no_batch`
   (`ours_remat_full`: remat `full`, every layer's activations recomputed), attention
-  dropout 0.1 and so the written-out attention (`ours_splash*`: attention dropout 0, the
-  Pallas splash kernel),
+  dropout 0.1, on TPU inside kernels/flash_dropout.py since that kernel (the written-out
+  attention before it; `ours_splash*`: attention dropout 0, the Pallas splash kernel),
   mesh (-1, 4, 1): weights and Adam moments sharded 4-way over fsdp, data over the rest),
   one phase at --seq with BERT's prediction count (20 at 128, 80 at 512), compiled by
   bert_jax.aot exactly as the loop jits it. `--our_mesh -1,1,1` gives plain data parallel.
@@ -53,9 +53,9 @@ SIZES = {"base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads
          "large": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
                        intermediate_size=4096)}
 # Our systems: (remat policy, attention dropout). "" = the config's: remat dots_no_batch,
-# attention dropout 0.1, which the fused kernels do not support, so attention is the
-# written-out softmax(QK^T)V on TPU too; `_splash` sets attention dropout 0, so "auto"
-# picks the Pallas splash kernel (layers/attention.py).
+# attention dropout 0.1, which "auto" runs in kernels/flash_dropout.py on TPU (before
+# that kernel: the written-out softmax(QK^T)V); `_splash` sets attention dropout 0, so
+# "auto" picks the Pallas splash kernel (layers/attention.py).
 OURS = {"ours": ("", None), "ours_remat_full": ("full", None),
         "ours_splash": ("", 0.0), "ours_splash_remat_full": ("full", 0.0),
         "ours_splash_kv_proj": ("kv_proj", 0.0)}

@@ -19,7 +19,7 @@ module splits it over the instructions of the compiled (optimized, per-device) H
   that, so a program with many prefetches comes out below its figure.
 * Each computation counts as often as it runs per step: a while body times its trip
   count (hlo.while_trips), and of a conditional's branches only the heaviest, the one a
-  normal step takes (train/steps.guarded_update: the optimizer update, not the identity).
+  normal step takes (train/steps.guarded_update on CPU: the update, not the identity).
 
 The compiler counts an array in VMEM (layout memory space S(1), where memory-space
 assignment keeps what fits and prefetches into) like one in HBM; hbm_bytes counts only
@@ -43,7 +43,7 @@ its fused root's), then its opcode or what it fuses. The first matching rule win
    never leaves the kernel).
 5. dropout masks: Dropout / dropout / _bernoulli / _uniform / threefry / random_bits:
    random bits, masks and their selects (attention dropout written out included).
-6. optimizer update: inside guarded_update's cond (`/cond/`), an optax name, or outside
+6. optimizer update: inside a cond (`/cond/`: guarded_update on CPU), an optax name, or outside
    the model's forward and backward (no `jvp(` / `transpose(`): the gradient norm, the
    AdamW update, the step's scalars.
 7. layer norm: a module named `*norm*` (layer_norm, attention_norm, mlp_norm, LayerNorm).

@@ -21,11 +21,11 @@ from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
 # none, so attention takes the written-out path there, and the start-up line says so;
 # for speed: --config.model.attention_dropout_rate=0 (as MosaicBERT and Cramming train).
 
-# Remat per phase, from the AOT figures (v5e:2x2, data parallel; docs/aot.md): at S128 the
-# unrolled stack fits without remat up to 1024 rows (4x the recipe's 256), and the TPU
-# compiler's estimate of the step is then the fastest of the policies (bench/RESULTS.md
-# "TPU cost model"); S512 keeps dots_no_batch (bench/RESULTS.md@0762931 "AOT": 9.73 GiB
-# per chip of 16 at 256 rows), not `full`'s recomputation of every matmul.
+# Remat per phase, from the AOT figures (v5e:2x2, data parallel; docs/aot.md, "Choosing the
+# remat policy"): at S128 the unrolled stack fits without remat at 4x the recipe's batch,
+# and the TPU compiler's estimate of the step is then the fastest of the policies; S512
+# keeps dots_no_batch (bench/RESULTS.md@0762931 "AOT"), not `full`'s recomputation of
+# every matmul.
 S128_REMAT, S512_REMAT = "none", "dots_no_batch"
 
 

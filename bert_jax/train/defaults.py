@@ -91,9 +91,8 @@ def default_for(field: str, num_layers: int, platform: str) -> bool:
   the scan: on CPU it costs 8-10% of every step (the stacked-layer bookkeeping: dynamic
   slices of the stacked params and residuals, bench/RESULTS.md@0762931 "Train step"),
   and on TPU without remat the scanned program holds about twice the activations of the
-  unrolled one (BERT-base S128 at 1024 rows on v5e:2x2 fits unrolled without remat and
-  not scanned: docs/aot.md), so it needs a remat policy that recomputes, and the TPU
-  compiler's estimate of the step is slower (bench/RESULTS.md "TPU cost model").
+  unrolled one (docs/aot.md, "Choosing the remat policy"), so it needs a remat policy
+  that recomputes, and the TPU compiler's estimate of the step is slower.
   """
   if field == "scan_layers":
     del platform  # the same rule everywhere; kept for a platform that may differ

@@ -129,7 +129,7 @@ def guarded_update(finite, update: Callable, old):
     fusing the gradients' float32 casts into the update and from sharing the gradient
     norm of the guard with the one optax's clipping computes inside the branch: both
     become passes over every gradient of their own (the TPU compiler's estimate of the
-    step, docs/performance-notes.md).
+    step: docs/performance-notes.md, "The optimizer guard on TPU").
   - CPU: a cond; only the taken branch runs.
   """
   if parallel.trace_platform() in ("gpu", "tpu"):

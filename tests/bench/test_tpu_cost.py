@@ -52,3 +52,13 @@ def test_theirs_that_does_not_fit_is_compared_with_remat(tpu_cost):
   assert "theirs (remat none, mesh {'data': 4}): does not fit" in [
       f["name"] for f in res["figures"]]
   assert _figure(res, "Flax BERT / ours:") == 1.1 and res["goal"]["met"] is False
+
+
+def test_a_step_that_fits_without_an_estimate_says_why(tpu_cost):
+  rows = {"ours": _row(0.2, 0.5), "ours_reference": dict(_row(0.3, 0.3), cost=None,
+                                                         cost_note="unknown: -1 s"),
+          "theirs": _row(0.22, 0.45)}
+  res = tpu_cost.case_result("base_s128_b256", rows, 0.1)
+  unknown = next(f for f in res["figures"] if "estimate unknown" in f["name"])
+  assert unknown["name"].startswith("ours_reference") and unknown["note"] == "unknown: -1 s"
+  assert not any(f["name"].startswith("fused attention") for f in res["figures"])
