@@ -170,11 +170,10 @@ def case_result(case: str, rows: dict, load_before: float) -> dict:
                                        r.get("cost_note", "")[:200]))
       continue
     c = r["cost"]
-    figures += [results_io.figure(f"{what}: est. step", round(c["optimal_seconds"], 4), "s"),
-                results_io.figure(f"{what}: est. MFU", round(100 * c["est_mfu"], 1), "%"),
-                results_io.figure(f"{what}: bytes per chip", round(c["bytes_per_chip"] / 1e9, 1),
-                                  "GB"),
-                results_io.figure(f"{what}: HBM per chip", round(r["hbm_gib"], 2), "GiB")]
+    figures.append(results_io.figure(
+        what, f"{1e3 * c['optimal_seconds']:.1f} ms, est. MFU {100 * c['est_mfu']:.1f}%",
+        "", f"{c['bytes_per_chip'] / 1e9:.1f} GB per chip counted; HBM "
+            f"{r['hbm_gib']:.2f} GiB per chip"))
   best_theirs = _seconds(rows["theirs"]) or _seconds(rows.get("theirs_remat", {}))
   speed = {k: best_theirs / _seconds(rows[k]) if best_theirs and _seconds(rows[k]) else None
            for k in ("ours", "ours_like") if k in rows}
