@@ -104,8 +104,9 @@ def splash_traced(monkeypatch):
 
 
 def test_q_k_v_are_flat_only_where_splash_runs(monkeypatch):
-  """splash_layout asks the question dot_product_attention asks (runs_splash) of the
-  shapes the projections will have: every reason splash falls back flattens nothing."""
+  """splash_layout asks the question dot_product_attention asks (runs_splash, or
+  runs_flash_dropout with attention dropout) of the shapes the projections will have:
+  every reason the TPU kernels fall back flattens nothing."""
   cfg = TINY.replace(attention_dropout_rate=0.1, deterministic=False)  # d = 4, 4 heads
   x = jnp.zeros((4, 6, 16))
   segments = masks.SegmentMask(kv_ids=jnp.ones((4, 6), jnp.int32))
@@ -121,7 +122,7 @@ def test_q_k_v_are_flat_only_where_splash_runs(monkeypatch):
     assert flat(det) and flat(cfg.replace(attention_dropout_rate=0.0))
     assert flat(det, mask=None)
     assert flat(det, kv=jnp.zeros((4, 9, 16)))  # cross-attention, other kv length
-    assert not flat(cfg)  # attention dropout: the written-out attention runs
+    assert flat(cfg)  # attention dropout: kernels/flash_dropout.py runs, the same tiles
     assert not flat(cfg.replace(attention_dropout_rate=0.0, decode=True))
     assert not flat(det.replace(attention_impl="xla"))
     assert not flat(det.replace(attention_impl="reference"))
