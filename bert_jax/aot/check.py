@@ -85,7 +85,7 @@ def _check_task(config, topology, steps, config_name, task, cost):
       # A phase may recompute differently from the model's default (tasks/pretraining.py).
       r["remat_policy"] = phase.get("remat_policy", task.model_config.remat_policy)
       if estimate and r["fits"]:
-        r["cost"] = _cost(config, topology, name, phase, r, report, task)
+        r["cost"] = _cost(config, topology, name, phase, r, report, setup)
       elif cost and r["fits"]:
         r["cost_note"] = "not estimated: its twin is built from the config, not a given task"
       report["steps"].append(r)
@@ -94,14 +94,16 @@ def _check_task(config, topology, steps, config_name, task, cost):
   return report, texts, names
 
 
-def _cost(config, topology, name, phase, r, report, task) -> dict | None:
+def _cost(config, topology, name, phase, r, report, setup) -> dict | None:
   """The step's "cost" (cost_lib.estimate + how it was obtained), None when unknown (the
-  reason in r["cost_note"]: the cost is an extra, so no failure of it stops the report)."""
+  reason in r["cost_note"]: the cost is an extra, so no failure of it stops the report).
+  setup: the step's own (compile_lib.setup of `config`), reused when the cost compiles
+  that same config (unrolled layers); only a twin gets a task and setup of its own."""
   from bert_jax.tasks import registry  # pylint: disable=g-import-not-at-top
 
   def compile_twin(c):
-    setup = compile_lib.setup(c, topology, registry.get_task(c))
-    step = compile_lib.compile_step(setup, name, phase, r["global_batch"],
+    s = setup if c is config else compile_lib.setup(c, topology, registry.get_task(c))
+    step = compile_lib.compile_step(s, name, phase, r["global_batch"],
                                     cost_lib.COST_COMPILER_OPTIONS)
     if step.compiled is None:
       raise ValueError(f"the {name} step's cost twin does not fit: "
@@ -114,7 +116,7 @@ def _cost(config, topology, name, phase, r, report, task) -> dict | None:
         out["traffic_error"] = str(e).splitlines()[0][:200]
     return out
 
-  m = task.model_config
+  m = setup.task.model_config
   try:
     raw, method = cost_lib.step_cost(config, bool(getattr(m, "scan_layers", False)),
                                      compile_twin)
