@@ -17,7 +17,11 @@ natively (`arguments`):
   on Hopper, with a static maximum number of segments per row.) That mask becomes a bias
   with an exported gradient, still far less than the XLA path's float32 [batch, heads,
   q_len, kv_len] scores; causal stays the mask type even then.
-- a bias only where the model has one (relative positions).
+- a bias only where the model has one (relative positions);
+- a sliding window (SegmentMask.window w) -> local_window_size, cuDNN's sliding window, only
+  with causal: (w, 0). jax 0.10.2 raises on a right window when not causal (cuDNN takes a
+  left window only), so a two-sided window (|i - j| <= w, ModernBERT's local layers) is
+  `unsupported`: "auto" takes XLA there, with the band as a dense mask.
 
 Attention dropout: the public function has none (the private one takes a static Python
 seed, so the same dropout pattern every step unless XLA varies it, which nothing here can
@@ -79,6 +83,9 @@ def unsupported(query, value, bias, mask, dropout_active: bool, dtype,
   if capability is not None and capability < MIN_CAPABILITY:
     return (f"compute capability {capability[0]}.{capability[1]} is below cuDNN flash "
             f"attention's {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ampere)")
+  if isinstance(mask, masks_lib.SegmentMask) and mask.window and not mask.causal:
+    return (f"jax 0.10.2's cuDNN attention has no two-sided local window (|i - j| <= "
+            f"{mask.window}): cuDNN's sliding window is causal only")
   dense = mask is not None and not (isinstance(mask, masks_lib.SegmentMask)
                                     and mask.q_ids is None)
   if (bias is not None or dense) and (query.shape[1] % 2 or value.shape[1] % 2):
@@ -98,13 +105,16 @@ def arguments(mask, q_len: int, kv_len: int) -> dict:
   """The keyword arguments of jax.nn.dot_product_attention that express `mask`.
 
   mask: a masks.SegmentMask, bools broadcastable to [batch, 1, q_len, kv_len], or None.
-  Returns a dict of some of mask / is_causal / key_value_seq_lengths ([batch] int32).
+  Returns a dict of some of mask / is_causal / key_value_seq_lengths ([batch] int32) /
+  local_window_size ((left, right): jax's meaning; cuDNN takes only (w, 0), see top).
   """
   if mask is None:
     return {}
   if not isinstance(mask, masks_lib.SegmentMask):
     return {"mask": mask}
   args = {"is_causal": True} if mask.causal else {}
+  if mask.window:
+    args["local_window_size"] = (mask.window, 0 if mask.causal else mask.window)
   if mask.kv_ids is None:
     return args
   if mask.q_ids is None:  # key padding: the number of real keys, at least 1

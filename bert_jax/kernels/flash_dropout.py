@@ -11,13 +11,14 @@ recomputes the probabilities and the same keep bits from the global positions, s
 the scores nor the mask is ever stored. The denominators are the undropped sums, as in
 the reference: dropout acts after the softmax.
 
-Masks are segment ids (q_id == kv_id, and kv <= q when causal; no block is skipped), as
-splash takes them: kernels/splash.py pads lengths to 128 and gives padded positions ids
-that match nothing; it also runs this kernel under shard_map (rows over the batch axes,
-heads over `tensor`), telling each device the global index of its first row and head so
-the bits do not depend on the split. On CPU the kernel runs in Pallas interpret mode
-(tests/kernels/test_flash_dropout.py checks it against the reference given the same
-mask). A query with no allowed key (padding) averages every value of its padded row.
+Masks are segment ids (q_id == kv_id, and kv <= q when causal, |q - kv| <= w with a
+sliding window w; no block is skipped), as splash takes them: kernels/splash.py pads
+lengths to 128 and gives padded positions ids that match nothing; it also runs this
+kernel under shard_map (rows over the batch axes, heads over `tensor`), telling each
+device the global index of its first row and head so the bits do not depend on the split.
+On CPU the kernel runs in Pallas interpret mode (tests/kernels/test_flash_dropout.py
+checks it against the reference given the same mask). A query with no allowed key
+(padding) averages every value of its padded row.
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ class _Static:
   scale: float
   rate: float
   causal: bool
+  window: int       # masks.SegmentMask.window: 0 global, else |q - kv| <= window
   block_q: int
   block_kv: int
   interpret: bool
@@ -70,7 +72,7 @@ def flash_dropout_attention(query: Array, key: Array, value: Array, mask=None,
 
   Args:
     query: [batch, q_len, heads, d]; key, value: [batch, kv_len, heads, d].
-    mask: a masks.SegmentMask or None (every key).
+    mask: a masks.SegmentMask (its window included) or None (every key).
     dropout_rng: a jax PRNG key (needed when dropout_rate > 0): the seed of the bits.
     dropout_rate: the probability of dropping a probability; 0 is plain flash attention.
     block_q, block_kv: tile sizes (multiples of 128 dividing the padded lengths; default
@@ -94,6 +96,7 @@ def flash_dropout_attention(query: Array, key: Array, value: Array, mask=None,
           else jnp.zeros((), jnp.int32))
   static = _Static(scale=1.0 / math.sqrt(d), rate=float(dropout_rate),
                    causal=mask is not None and mask.causal,
+                   window=0 if mask is None else mask.window,
                    block_q=block_q or splash.block_size(q.shape[2]),
                    block_kv=block_kv or splash.block_size(k.shape[2]),
                    interpret=tracing.trace_platform() == "cpu")
@@ -188,9 +191,11 @@ def _keep(meta_ref, q_pos, kv_pos, rate: float) -> Array:
                            dropout_hash.key_word(kv_pos), rate)
 
 
-def _masked(s: Array, allowed: Array, q_pos, kv_pos, causal: bool) -> Array:
-  if causal:
+def _masked(s: Array, allowed: Array, q_pos, kv_pos, static: _Static) -> Array:
+  if static.causal:
     allowed = jnp.logical_and(allowed, kv_pos <= q_pos)
+  if static.window:   # |q - kv| <= window, as two comparisons (no integer abs needed)
+    allowed = allowed & (q_pos - kv_pos <= static.window) & (kv_pos - q_pos <= static.window)
   return jnp.where(allowed, s, MASK_VALUE)
 
 
@@ -214,7 +219,7 @@ def _forward_kernel(meta_ref, q_ref, k_ref, v_ref, q_ids_ref, kv_ids_ref, o_ref,
   q_pos, kv_pos = _positions(i * bq, bq, 0), _positions(j * bk, bk, 1)
   s = lax.dot_general(q_ref[...], k_ref[...], _NT, preferred_element_type=_F32)
   s = _masked(s * static.scale, q_ids_ref[:, :1] == kv_ids_ref[:1, :], q_pos, kv_pos,
-              static.causal)                                        # [bq, bk]
+              static)                                        # [bq, bk]
   m_prev = m_ref[...]                                # [bq, LANES], the lanes all equal
   m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
   p = jnp.exp(s - m_next[:, :1])
@@ -250,7 +255,7 @@ def _dq_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref
   q_pos, kv_pos = _positions(i * bq, bq, 0), _positions(j * bk, bk, 1)
   s = lax.dot_general(q_ref[...], k_ref[...], _NT, preferred_element_type=_F32)
   s = _masked(s * static.scale, q_ids_ref[:, :1] == kv_ids_ref[:1, :], q_pos, kv_pos,
-              static.causal)                                        # [bq, bk]
+              static)                                        # [bq, bk]
   p = jnp.exp(s - lse_col_ref[:, :1])
   dp = lax.dot_general(do_ref[...], v_ref[...], _NT, preferred_element_type=_F32)
   if static.rate:
@@ -278,7 +283,7 @@ def _dkv_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_re
   kv_pos, q_pos = _positions(j * bk, bk, 0), _positions(i * bq, bq, 1)
   s = lax.dot_general(k_ref[...], q_ref[...], _NT, preferred_element_type=_F32)
   s = _masked(s * static.scale, kv_ids_ref[:, :1] == q_ids_ref[:1, :], q_pos, kv_pos,
-              static.causal)                                        # [bk, bq]
+              static)                                        # [bk, bq]
   p = jnp.exp(s - lse_ref[...])
   dp = lax.dot_general(v_ref[...], do_ref[...], _NT, preferred_element_type=_F32)
   kept = p

@@ -1,7 +1,7 @@
 """Attention masks: bools broadcast to [batch, heads, q_len, kv_len] (True where attention
 is allowed), and `SegmentMask`, the same masks kept as segment ids, which the fused kernels
 take without the [batch, 1, q_len, kv_len] bools (splash: segment ids; cuDNN: sequence
-lengths and its causal mask type, kernels/cudnn.py)."""
+lengths and its causal mask type, kernels/cudnn.py), with an optional sliding window."""
 from __future__ import annotations
 
 import functools
@@ -56,6 +56,7 @@ class SegmentMask:
   q_ids: Optional[Array] = None
   kv_ids: Optional[Array] = None
   causal: bool = flax.struct.field(pytree_node=False, default=False)
+  window: int = flax.struct.field(pytree_node=False, default=0)  # kernels/window.py
 
   def dense(self, q_len: int, kv_len: int) -> Optional[Array]:
     """The same mask as bools broadcastable to [batch, 1, q_len, kv_len] (None: none)."""
@@ -65,6 +66,9 @@ class SegmentMask:
               else segment_mask(self.q_ids, self.kv_ids))
     if self.causal:
       mask = combine_masks(jnp.tril(jnp.ones((q_len, kv_len), bool))[None, None], mask)
+    if self.window:
+      distance = jnp.arange(q_len)[:, None] - jnp.arange(kv_len)[None, :]
+      mask = combine_masks((jnp.abs(distance) <= self.window)[None, None], mask)
     return mask
 
 

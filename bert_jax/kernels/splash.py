@@ -3,8 +3,12 @@
 `jax.experimental.pallas.ops.tpu.splash_attention` computes softmax(QK^T)V block by block
 (online softmax), so the [batch, heads, q_len, kv_len] scores and probabilities never sit
 in HBM, forward or backward (it saves only the output and a log-sum-exp per query). Its
-masks are a static per-head pattern (full or causal here) AND segment ids (q_id == kv_id),
-which is why models pass `kernels.masks.SegmentMask` rather than bools.
+masks are a static per-head pattern (full, causal or local here) AND segment ids (q_id ==
+kv_id), which is why models pass `kernels.masks.SegmentMask` rather than bools. A sliding
+window (SegmentMask.window w) is splash's LocalMask, window (w, w), or (w, 0) when causal:
+the blocks (block_size's) wholly outside the band are skipped, forward and backward. Those
+kernels run in a named scope, `local_window_scope(w)`, which the compiled HLO keeps in
+their metadata (splash_windows_in_hlo reads it back).
 
 A Mosaic kernel cannot be partitioned by XLA's SPMD partitioner, so on a mesh it runs in
 `jax.shard_map`: rows over the batch axes (data, fsdp) and heads over `tensor`, as the
@@ -21,6 +25,7 @@ tensor axis and the batch by data x fsdp. `unsupported` names what is missing.
 from __future__ import annotations
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -111,19 +116,59 @@ def segment_ids(mask, batch: int, q_len: int, kv_len: int):
   return pad_to_lanes(q_ids, 1, _PAD_Q_ID), pad_to_lanes(kv_ids, 1, _PAD_KV_ID)
 
 
-def _local_attention(q: Array, k: Array, v: Array, ids, *, causal: bool,
+def static_mask(shape: tuple[int, int], causal: bool, window: int):
+  """Splash's mask for one head of a (padded) [q_len, kv_len] block: full, causal, or the
+  band |i - j| <= window (only j <= i when causal). On padded lengths the band is still
+  on the real positions (the padding comes last) and the ids mask the padding."""
+  if window:
+    return splash.LocalMask(shape, window_size=(window, 0 if causal else window), offset=0)
+  return splash.CausalMask(shape) if causal else splash.FullMask(shape)
+
+
+def local_window_scope(window: int) -> str:
+  """The named scope of the kernels of a sliding-window layer: "splash_local_window_64"."""
+  return f"splash_local_window_{window}"
+
+
+def splash_windows_in_hlo(text: str) -> dict[int, int]:
+  """{window: number of splash kernel calls} in compiled HLO text (`compiled.as_text()`;
+  a lowered program's text keeps no op names by default): 0 counts the global kernels,
+  w those run under local_window_scope(w); forward and backward kernels alike. Shows
+  that a model's local layers take the local kernel (a kernel in a scanned stack of
+  layers is one call however many layers the scan runs)."""
+  found: dict[int, int] = {}
+  # One HLO instruction per chunk: a kernel's metadata may span several lines.
+  for instruction in re.split(r"\n\s*(?:ROOT )?%", text):
+    if 'custom_call_target="tpu_custom_call"' not in instruction:
+      continue
+    op_name = re.search(r'metadata=\{op_name="([^"]*)"', instruction)
+    if op_name is None or "splash_mha_" not in op_name.group(1):
+      continue
+    window = re.search(r"splash_local_window_(\d+)/", op_name.group(1))
+    w = int(window.group(1)) if window else 0
+    found[w] = found.get(w, 0) + 1
+  return found
+
+
+def _local_attention(q: Array, k: Array, v: Array, ids, *, causal: bool, window: int,
                      interpret: bool) -> Array:
   """One device's rows and heads: q [b, h, Q, d], k/v [b, h, K, d] with Q, K multiples
   of 128 -> [b, h, Q, d]. The kernel takes one row, so it is vmapped over b."""
   heads, q_len, kv_len = q.shape[1], q.shape[2], k.shape[2]
-  shape = (q_len, kv_len)
-  static = splash.CausalMask(shape) if causal else splash.FullMask(shape)
+  static = static_mask((q_len, kv_len), causal, window)
   bq, bkv = block_size(q_len), block_size(kv_len)
   blocks = splash.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv,
                              block_q_dkv=bq, block_kv_dkv=bkv, block_kv_dkv_compute=bkv,
                              use_fused_bwd_kernel=True)
   kernel = splash.make_splash_mha(splash.MultiHeadMask([static] * heads), block_sizes=blocks,
                                   head_shards=1, q_seq_shards=1, interpret=interpret)
+  if window:   # named, so that the HLO tells a local layer's kernel from a global one's
+    with jax.named_scope(local_window_scope(window)):
+      return _run(kernel, q, k, v, ids)
+  return _run(kernel, q, k, v, ids)
+
+
+def _run(kernel, q, k, v, ids):
   if ids is None:
     return jax.vmap(kernel)(q, k, v)
   return jax.vmap(kernel)(q, k, v, splash.SegmentIds(*ids))
@@ -135,7 +180,7 @@ def splash_attention(query: Array, key: Array, value: Array, mask=None,
 
   Args:
     query: [batch, q_len, heads, d]; key, value: [batch, kv_len, heads, d].
-    mask: a masks.SegmentMask or None (every key).
+    mask: a masks.SegmentMask (its window included) or None (every key).
 
   Returns:
     [batch, q_len, heads, d] in `dtype`. A query with no allowed key (a padded one)
@@ -145,6 +190,7 @@ def splash_attention(query: Array, key: Array, value: Array, mask=None,
   batch, q_len, _, d = query.shape
   kv_len = key.shape[1]
   causal = mask is not None and mask.causal
+  window = 0 if mask is None else mask.window
   ids = segment_ids(mask, batch, q_len, kv_len)
   # The kernel does not scale the logits; scaling q first is the same product.
   q = (query * (1.0 / math.sqrt(d))).astype(dtype)
@@ -155,7 +201,8 @@ def splash_attention(query: Array, key: Array, value: Array, mask=None,
 
   interpret = tracing.trace_platform() == "cpu"
   def local(q, k, v, *ids):
-    return _local_attention(q, k, v, ids or None, causal=causal, interpret=interpret)
+    return _local_attention(q, k, v, ids or None, causal=causal, window=window,
+                            interpret=interpret)
 
   out = shard_rows_and_heads(local, (q, k, v), ids or ())   # [batch, heads, Q_pad, d]
   return out[:, :, :q_len].transpose(0, 2, 1, 3)

@@ -14,7 +14,6 @@ from bert_jax.kernels import masks
 from bert_jax.runtime import parallel
 from bert_jax.runtime import tracing
 from bert_jax import kernels
-from bert_jax.kernels import reference
 from bert_jax.layers import attention as A
 from bert_jax.layers.config import TransformerConfig
 
