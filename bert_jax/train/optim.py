@@ -2,7 +2,8 @@
 
 BERT's recipe: Adam(β1 0.9, β2 0.999, ε 1e-6) with decoupled weight decay 0.01 that
 skips LayerNorm params and biases, 10k warmup steps then linear decay to 0, and
-global-norm clipping at 1.0. LAMB (You et al. 2019) is the large-batch alternative.
+global-norm clipping at 1.0. LAMB (You et al. 2019) is the large-batch alternative;
+StableAdamW with warmup-stable-decay (stable_adamw.py, schedule "wsd") is ModernBERT's.
 Optimizer state stays float32 whatever the compute dtype.
 """
 from __future__ import annotations
@@ -14,6 +15,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
+
+from bert_jax.train.stable_adamw import stable_adamw
 
 _NO_DECAY_LEAVES = ("bias", "scale")  # LayerNorm γ is "scale" in flax; all biases
 
@@ -29,10 +32,20 @@ def decay_mask(params, embeddings: bool = True):
   return jax.tree_util.tree_map_with_path(keep, params)
 
 
+def stacked_layers(params):
+  """True for the leaves of a scanned layer stack (under a dict key "layers", nn.scan's
+  layer axis first): StableAdamW clips each layer's slice as its own tensor."""
+  def stacked(path, leaf):
+    keys = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+    return "layers" in keys and leaf.ndim > 0
+  return jax.tree_util.tree_map_with_path(stacked, params)
+
+
 def learning_rate_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
   """Linear warmup to `learning_rate`, then `schedule`: linear (to 0 at total_steps),
   cosine (to `min_lr_fraction` of the peak at total_steps, GPT-2/3), inverse_sqrt
-  (∝ 1/sqrt(step) after warmup, Vaswani et al.) or constant."""
+  (∝ 1/sqrt(step) after warmup, Vaswani et al.), constant, or wsd (warmup-stable-decay,
+  see _wsd_schedule)."""
   peak, warmup = cfg.learning_rate, int(cfg.warmup_steps)
   if cfg.get("warmup_fraction"):  # fine-tuning recipes: e.g. 10% of the steps
     warmup = int(round(cfg.warmup_fraction * total_steps))
@@ -53,8 +66,34 @@ def learning_rate_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> 
   if cfg.schedule == "constant":
     return optax.join_schedules([optax.linear_schedule(0.0, peak, max(warmup, 1)),
                                  optax.constant_schedule(peak)], [warmup])
+  if cfg.schedule == "wsd":
+    return _wsd_schedule(peak, warmup, total_steps, float(cfg.get("decay_fraction", 0.1)),
+                         float(cfg.get("min_lr_fraction", 0.0)))
   raise ValueError(f"unknown train.schedule {cfg.schedule!r}: linear, cosine, inverse_sqrt, "
-                   "constant")
+                   "constant, wsd")
+
+
+def _wsd_schedule(peak: float, warmup: int, total_steps: int, decay_fraction: float,
+                  floor_fraction: float) -> optax.Schedule:
+  """Warmup-stable-decay with the 1-sqrt cooldown (Hägele et al. 2024, "Scaling Laws and
+  Compute-Optimal Training Beyond Fixed Training Durations"; ModernBERT's schedule).
+
+  Linear warmup to `peak` over `warmup` steps, `peak` until t0 = total_steps - D with
+  D = round(decay_fraction * total_steps) (t0 no earlier than the warmup's end), then
+  lr(t) = peak (f + (1 - f) (1 - sqrt((t - t0) / D))), f = floor_fraction (0: down to 0 at
+  total_steps, Hägele's form), f * peak after. A fraction, not a step count, so a sweep
+  over run lengths keeps the schedule's shape.
+  """
+  warm = float(max(warmup, 1))
+  t0 = float(max(total_steps - int(round(decay_fraction * total_steps)), warmup))
+  span = max(float(total_steps) - t0, 1.0)
+
+  def schedule(step):
+    step = jnp.asarray(step, jnp.float32)
+    x = jnp.clip((step - t0) / span, 0.0, 1.0)
+    decay = floor_fraction + (1.0 - floor_fraction) * (1.0 - jnp.sqrt(x))
+    return peak * jnp.minimum(step / warm, 1.0) * decay
+  return schedule
 
 
 def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int):
@@ -70,8 +109,12 @@ def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int):
                      weight_decay=cfg.weight_decay, mask=mask)
   elif cfg.optimizer == "sgd":
     opt = optax.sgd(schedule, momentum=cfg.get("momentum") or None)
+  elif cfg.optimizer == "stable_adamw":  # its update clipping stands in for grad_clip_norm
+    opt = stable_adamw(schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps,
+                       weight_decay=cfg.weight_decay, mask=mask, stacked=stacked_layers)
   else:
-    raise ValueError(f"unknown train.optimizer {cfg.optimizer!r}: adamw, lamb, sgd")
+    raise ValueError(f"unknown train.optimizer {cfg.optimizer!r}: adamw, lamb, sgd, "
+                     "stable_adamw")
   chain = [opt]
   if cfg.get("layerwise_lr_decay", 1.0) != 1.0:
     chain.append(scale_by_layer_depth(cfg.layerwise_lr_decay))
