@@ -127,12 +127,14 @@ def _cost(config, topology, name, phase, r, report, setup) -> dict | None:
     return None
   tokens = r["global_batch"] * r["seq_len"]
   one_stack = (hasattr(m, "num_layers") and hasattr(m, "hidden_size")
-               and not int(getattr(m, "num_decoder_layers", 0) or 0))
+               and not int(getattr(m, "num_decoder_layers", 0) or 0)
+               and not int(getattr(m, "local_window", 0) or 0))
   if one_stack:
     flops = cost_lib.model_flops(report["state"]["num_params"], int(m.num_layers),
                                  r["seq_len"], int(m.hidden_size), tokens,
                                  train=name == "train")
-  else:  # an encoder-decoder or the GRU: the task's own accounting (step_report's)
+  else:  # an encoder-decoder, the GRU, or local layers (ModernBERT: 12LSdT would count
+    # keys beyond their window): the task's own accounting (step_report's)
     flops, method = r["model_flops_per_step"], method + "; model flops: the task's own"
   out = cost_lib.estimate(raw, flops, tokens, report["num_chips"],
                           report["chip"]["peak_bf16_flops"])

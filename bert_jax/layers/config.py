@@ -19,6 +19,7 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "qkv_proj", "kv_proj"
                   "dots_except_mlp", "qkv_proj_offloaded", "minimal_offloaded")  # stacks.py
 ATTENTION_IMPLS = ("auto", "splash", "flash_dropout", "xla", "cudnn", "reference")  # kernels.IMPLEMENTATIONS
 INITS = ("bert", "xavier")  # kernel_init / embed_init
+FAMILIES, POOLINGS = ("bert", "modernbert"), ("cls", "mean")  # models/registry.py
 # Fields the meta of older checkpoints may hold that this code no longer has (XLA:CPU
 # tuning removed: the block attention of packed rows, the Dense layers' 2-D gradients);
 # from_dict reads them as absent.
@@ -65,25 +66,35 @@ class TransformerConfig:
   # One of ATTENTION_IMPLS; "auto": splash on TPU (flash_dropout with attention dropout),
   # cuDNN on GPU, XLA on CPU (kernels/).
   attention_impl: str = "auto"
+  # ModernBERT's (models/modernbert.py); local_window: HF's local_attention (0: global).
+  family: str = "bert"              # one of FAMILIES
+  local_window: int = 0
+  global_every: int = 1
+  local_rotary_base: float = 10000.0
+  norm_bias: bool = True
+  mlp_bias: Optional[bool] = None   # None: use_bias
+  head_bias: bool = True
+  decoder_bias: bool = True
+  pooling: str = "cls"              # one of POOLINGS
   scan_layers: bool = False
   remat_policy: str = "none"        # one of REMAT_POLICIES
   deterministic: bool = False       # no dropout (eval / decode)
   decode: bool = False              # autoregressive decoding with a KV cache
 
   def __post_init__(self):
-    _check_choice("position", self.position, POSITION_KINDS)
-    _check_choice("activation", self.activation, ACTIVATIONS)
-    _check_choice("remat_policy", self.remat_policy, REMAT_POLICIES)
-    _check_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
-    _check_choice("init", self.init, INITS)
+    for name, choices in (("position", POSITION_KINDS), ("activation", ACTIVATIONS),
+                          ("remat_policy", REMAT_POLICIES), ("attention_impl", ATTENTION_IMPLS),
+                          ("init", INITS), ("family", FAMILIES), ("pooling", POOLINGS)):
+      _check_choice(name, getattr(self, name), choices)
     if self.vocab_multiple < 1:
       raise ValueError(f"TransformerConfig.vocab_multiple={self.vocab_multiple}; expected a "
                        "positive integer (1: no padding).")
     # A zero or negative size would build a model without those layers (num_layers=-1
     # trained an embedding-only BERT with a negative MFU) or divide by zero later.
-    for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_len"):
+    for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "max_len",
+                 "global_every"):
       _check_at_least(name, getattr(self, name), 1)
-    for name in ("num_decoder_layers", "type_vocab_size"):
+    for name in ("num_decoder_layers", "type_vocab_size", "local_window"):
       _check_at_least(name, getattr(self, name), 0)
     for name in ("head_dim", "mlp_dim"):
       if getattr(self, name) is not None:
@@ -125,10 +136,14 @@ class TransformerConfig:
     layer the QKV + output projections 2·4·d·(h·d_k), the FFN 2·2·d·f, and the scores
     plus the weighted sum 2·2·T·(h·d_k). A multiply-add is 2 FLOPs; embeddings,
     norms and heads are left out (a task adds its head's). Training is 3x this.
+    ModernBERT: a gated FFN (2·3·d·f); local layers score local_window + 1 keys.
     """
     d, width = self.hidden_size, self.num_heads * self.d_head
-    return float(self.num_layers * (2 * 4 * d * width + 2 * 2 * d * self.d_mlp
-                                    + 2 * 2 * seq_len * width))
+    ffn = 2 * (3 if self.family == "modernbert" else 2) * d * self.d_mlp
+    local = self.local_window and sum(i % self.global_every > 0 for i in range(self.num_layers))
+    keys = (self.num_layers - local) * seq_len + local * min(seq_len, self.local_window + 1)
+    return float(self.num_layers * (2 * 4 * d * width + ffn) + 2 * 2 * keys * width)
+
 
   @property
   def compute_dtype(self):

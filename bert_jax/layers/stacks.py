@@ -41,7 +41,7 @@ _REMAT_POLICIES = {
 }
 
 
-def _layer_class(block_cls, cfg: TransformerConfig):
+def layer_class(block_cls, cfg: TransformerConfig):
   if cfg.remat_policy == "none":
     return block_cls
   # prevent_cse is only needed outside scan (scan already blocks CSE across iterations).
@@ -53,7 +53,7 @@ def run_layers(module: nn.Module, block_cls, num_layers: int, x: Array, args: tu
                 block_kwargs: dict[str, Any], collect_hidden: bool):
   """Applies num_layers blocks; returns (x, hidden states [num_layers + 1, ...] or None)."""
   cfg = module.config
-  layer_cls = _layer_class(block_cls, cfg)
+  layer_cls = layer_class(block_cls, cfg)
   if cfg.scan_layers:
     scanned = nn.scan(
         layer_cls,

@@ -44,6 +44,7 @@ LOGICAL_RULES: tuple[tuple[str, Any], ...] = (
     ("layers", None),
     ("relpos_buckets", None),
     ("norm", None),
+    ("fused", None),  # the q/k/v or input/gate split of ModernBERT's Wqkv / Wi
 )
 
 

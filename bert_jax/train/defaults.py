@@ -14,6 +14,8 @@ from ml_collections import config_dict
 OPTIONAL_INT_FIELDS = ("head_dim", "mlp_dim")
 # TransformerConfig str fields whose None means "unset" (matmul_dtype: the compute dtype).
 OPTIONAL_STR_FIELDS = ("matmul_dtype",)
+# TransformerConfig bool fields whose None means "unset" (mlp_bias: the use_bias value).
+OPTIONAL_BOOL_FIELDS = ("mlp_bias",)
 
 
 def train_config(**overrides) -> ml_collections.ConfigDict:
@@ -22,15 +24,17 @@ def train_config(**overrides) -> ml_collections.ConfigDict:
   c.batch_size = 256                 # global, over all processes and devices
   c.num_steps = 1_000_000
   c.grad_accum_steps = 1             # microbatches per step (exactly the big batch)
-  c.optimizer = "adamw"              # adamw | lamb | sgd
+  c.optimizer = "adamw"              # adamw | lamb | sgd | stable_adamw (ModernBERT)
   c.learning_rate = 1e-4
   c.b1 = 0.9
   c.b2 = 0.999
   c.eps = 1e-6
   c.weight_decay = 0.01              # not on LayerNorm params and biases
   c.momentum = 0.0                   # sgd only
-  c.schedule = "linear"              # linear | inverse_sqrt | constant
+  c.schedule = "linear"              # linear | cosine | inverse_sqrt | constant | wsd
   c.warmup_steps = 10_000
+  c.decay_fraction = 0.1             # wsd: the last 10% of the steps decay (1 - sqrt)
+  c.min_lr_fraction = 0.0            # cosine and wsd: the final lr, a fraction of the peak
   c.grad_clip_norm = 1.0
   # Sequence-length phases, e.g. BERT's 90% of steps at 128 tokens then 512 (see
   # bert_pretraining_config). Empty: one phase at config.data's max_seq_length.
@@ -69,7 +73,7 @@ def model_config(variant: str, **overrides) -> ml_collections.ConfigDict:
   for name in OPTIONAL_STR_FIELDS:  # None: a str placeholder (--config.model.x=bfloat16)
     if fields[name] is None:
       fields[name] = config_dict.placeholder(str)
-  for name in PER_PLATFORM_FIELDS:  # None: a bool placeholder, fixed per platform
+  for name in PER_PLATFORM_FIELDS + OPTIONAL_BOOL_FIELDS:  # None: a bool placeholder
     if fields[name] is None:
       fields[name] = config_dict.placeholder(bool)
   fields["vocab_multiple"] = multiple
@@ -368,6 +372,9 @@ def data_config() -> ml_collections.ConfigDict:
   c.eval_masked_lm_prob = 0.0  # > 0: the validation masks' rate (0: masked_lm_prob)
   c.whole_word_mask = False
   c.random_token = "unigram"  # 'unigram' (corpus counts) | 'uniform'
+  # Of the masked slots: [MASK] / a random token / the rest keep theirs (BERT's 80/10/10).
+  c.mask_token_prob = 0.8
+  c.random_token_prob = 0.1
 
   # Loading.
   c.num_workers = 0  # grain worker processes (0: in the training process, threads only)
