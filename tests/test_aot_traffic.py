@@ -5,6 +5,7 @@ import os
 import jax
 import pytest
 
+from bert_jax.aot import cost
 from bert_jax.aot import traffic
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
@@ -228,7 +229,7 @@ def test_bert_tiny_train_step_matches_the_compilers_bytes():
   with jax.default_matmul_precision(None):
     setup = compile_lib.setup(config, "v5e:2x2", registry.get_task(config))
     step = compile_lib.compile_step(setup, "train", {}, config.train.batch_size,
-                                    {"xla_tpu_sliced_prefetch_max_slices": "1"})
+                                    cost.COST_COMPILER_OPTIONS)
   analysis = step.compiled.cost_analysis()
   analysis = analysis[0] if isinstance(analysis, (list, tuple)) else analysis
   r = traffic.bytes_by_category(step.hlo_text)

@@ -198,7 +198,7 @@ def case_result(case: str, rows: dict, load_before: float) -> dict:
               f"{1e3 * (best_theirs or 0):.1f} ms")
   notes = ("The TPU compiler's cost model (optimal_seconds), not a measured time: "
            f"libtpu {_libtpu_version()}, layers unrolled for the cost, "
-           "xla_tpu_sliced_prefetch_max_slices=1. Compiled here without a TPU.")
+           f"{_prefetch_option()}. Compiled here without a TPU.")
   return results_io.result(
       "tpu_cost", f"TPU cost model: {name}, ours vs FlaxBertForPreTraining", figures,
       "transformers' FlaxBertForPreTraining, same topology, shapes, dtype and dropout",
@@ -206,6 +206,10 @@ def case_result(case: str, rows: dict, load_before: float) -> dict:
                                                   met),
       load_before=load_before, notes=notes) | {"hardware": f"AOT, {topology} (libtpu on a "
                                                             "CPU host)", "config": path}
+
+
+def _prefetch_option() -> str:
+  return ", ".join(f"{k}={v}" for k, v in cost_lib.COST_COMPILER_OPTIONS.items())
 
 
 def _libtpu_version() -> str:

@@ -17,8 +17,10 @@ leaves out). Two things make the raw figures wrong, and this module corrects bot
   once too, and no estimate is given.
 * libtpu reports each sliced-prefetch custom call as -1 flop, -1 byte and -1 s,
   which turns optimal_seconds negative. The cost compiles pass
-  xla_tpu_sliced_prefetch_max_slices=1, which keeps prefetches whole and counted; the
-  step compiled for the memory report keeps the compiler's default.
+  xla_tpu_sliced_prefetch_max_slices=0, no sliced prefetches, so each prefetch is one
+  whole counted copy (1, one slice, gives the same figures on v5e but aborts libtpu on
+  v5p and v6e: "Support sliced prefetches for split shapes"); the step compiled for the
+  memory report keeps the compiler's default.
 
 model_flops is the useful work of a step, the same formula for every implementation of a
 model (PaLM, Chowdhery et al. 2022, appendix B): 6 N T + 12 L S d T per training step
@@ -32,7 +34,7 @@ from __future__ import annotations
 import copy
 
 # Keeps each prefetch one counted copy (see the module docstring).
-COST_COMPILER_OPTIONS = {"xla_tpu_sliced_prefetch_max_slices": "1"}
+COST_COMPILER_OPTIONS = {"xla_tpu_sliced_prefetch_max_slices": "0"}
 
 
 def compiler_cost(compiled) -> dict:
