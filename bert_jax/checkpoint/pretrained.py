@@ -6,8 +6,10 @@ them), predict (the trained checkpoint's config + tokenizer; its weights are rea
 by predict itself) and embed.py; `load_pretraining_params` serves pretraining's
 init_from (the encoder plus whichever pretraining heads the source has).
 
-`path`: an HF BERT directory (config.json + model.safetensors, or one of those files) or
-one of our training checkpoints (a workdir, its checkpoints/ dir, or a step dir).
+`path`: an HF BERT directory (config.json + model.safetensors, or one of those files), a
+transformers ModernBERT one (interop/modernbert.py: config.family "modernbert", the
+ModernBertModel / ModernBertForMaskedLM trees, its BPE tokenizer) or one of our training
+checkpoints (a workdir, its checkpoints/ dir, or a step dir).
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from bert_jax.runtime import paths
 from bert_jax.interop import hf_config
 from bert_jax.interop import hf_layout as layout
 from bert_jax.interop import hf_load
+from bert_jax.interop import modernbert
 from bert_jax.layers.param_layout import scan_to_unrolled
 
 
@@ -30,11 +33,18 @@ def load_encoder(path: str, *, with_params: bool = True):
 
   The config has deterministic=True and scan_layers=False; params are the unrolled
   BertModel tree as numpy ({embeddings, encoder[, pooler]}: no pooler if the
-  checkpoint has none), or None without `with_params` (only the config is read).
+  checkpoint has none; ModernBERT: {embeddings, layers_i, final_norm}), or None without
+  `with_params` (only the config is read).
   """
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
   path = _resolve(path)
   params = None
+  if modernbert.is_modernbert_dir(path):  # its ModernBertModel tree, its BPE tokenizer
+    config = modernbert.load_modernbert_config(path, deterministic=True)
+    if with_params:
+      params = modernbert.hf_to_params(hf_load.read_safetensors(path), config,
+                                       model="encoder", source=path)
+    return config, params, modernbert.load_tokenizer(path) if has_tokenizer(path) else None
   if is_hf_dir(path):
     config = hf_config.load_hf_config(path, deterministic=True)
     if with_params:
@@ -59,9 +69,12 @@ def load_pretraining_params(path: str, nsp: bool):
   """The unrolled pretraining tree {bert: encoder, heads...} of `path`, as numpy.
 
   An HF directory gives BertForPreTraining's heads with NSP (missing heads left out) and
-  the encoder alone without; our checkpoints give their whole params tree.
+  the encoder alone without; a ModernBERT directory its ModernBertForMaskedLM tree (a
+  missing MLM head fresh); our checkpoints give their whole params tree.
   """
   path = _resolve(path)
+  if modernbert.is_modernbert_dir(path):  # ModernBertForMaskedLM's tree (no NSP head)
+    return modernbert.load_modernbert(path, allow_missing_heads=True)[1]
   if is_hf_dir(path):
     _, params = hf_load.load_hf_bert(path, model="pretraining" if nsp else "encoder",
                                      allow_missing_heads=True)
@@ -90,6 +103,8 @@ def _encoder_of(params, path: str):
   flat = layout.plain_flat(params)
   if any(p.startswith("bert/") for p in flat):  # pretraining / fine-tuning trees
     flat = {p[len("bert/"):]: v for p, v in flat.items() if p.startswith("bert/")}
+  elif any(p.startswith("model/embeddings/") for p in flat):  # ModernBERT's trees
+    flat = {p[len("model/"):]: v for p, v in flat.items() if p.startswith("model/")}
   if not any(p.startswith("embeddings/") for p in flat):
     raise ValueError(f"the checkpoint at {path} holds no BERT encoder (params: "
                      f"{sorted({p.split('/')[0] for p in flat})}).")

@@ -26,6 +26,7 @@ from bert_jax.inference import passes
 from bert_jax.inference.loader import InputError
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.models.bert import BertModel
+from bert_jax.models.modernbert import ModernBertModel
 
 POOLINGS = ("mean", "cls", "none")
 
@@ -62,7 +63,10 @@ def _forward(params, ids, positions, segments, *, config: TransformerConfig,
   per row, each with positions from 0 and its own segment id (1, 2, ...; 0 = padding),
   attending only within itself. Returns [rows, len, dim] float32."""
   want_hidden = layers != (-1,)
-  out = BertModel(config, add_pooler=False).apply(
+  # ModernBERT's hidden_states are transformers': each layer's output before final_norm.
+  module = (ModernBertModel(config) if config.family == "modernbert"
+            else BertModel(config, add_pooler=False))
+  out = module.apply(
       {"params": params}, ids, (segments > 0).astype(jnp.int32), positions=positions,
       packed_segment_ids=segments, output_hidden_states=want_hidden)
   if want_hidden:
@@ -94,7 +98,7 @@ def run_model(config: TransformerConfig, params, ids: Sequence[np.ndarray], *,
   if not ids:
     return []
   # Once on the device, not with every batch; the pooler is not used.
-  params = jax.device_put({k: params[k] for k in ("embeddings", "encoder")})
+  params = jax.device_put({k: v for k, v in params.items() if k != "pooler"})
   config = config.replace(deterministic=True)
   lengths = np.array([len(x) for x in ids], np.int64)
   plans = passes.plan_passes(lengths, batch_size)

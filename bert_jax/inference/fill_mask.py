@@ -20,7 +20,7 @@ from bert_jax.inference import loader
 from bert_jax.inference.inputs import bert_inputs
 from bert_jax.inference.loader import InputError
 from bert_jax.layers.config import TransformerConfig
-from bert_jax.models.bert import BertForPreTraining
+from bert_jax.models.registry import pretraining_model
 
 # fill_many pads each batch to the multiple of LENGTH_BUCKET tokens holding its longest text
 # (one compiled shape per bucket, rows and [MASK] slots rounded up to powers of two).
@@ -29,21 +29,24 @@ LENGTH_BUCKET = 32
 
 @functools.partial(jax.jit, static_argnames=("config",))
 def _mlm_logits(params, ids, mask, segments, positions, *, config):
-  return BertForPreTraining(config, nsp=False).apply(
+  return pretraining_model(config, nsp=False).apply(   # BERT's or ModernBERT's
       {"params": params}, ids, mask, segments, positions)["mlm_logits"]  # [batch, P, vocab]
 
 
 def mask_probabilities(config: TransformerConfig, params: dict, ids, positions,
                        mask=None, segment_ids=None) -> np.ndarray:
   """ids [batch, len], positions [batch, P] -> softmax over the vocabulary [batch, P, V]."""
-  bert = {k: v for k, v in params["bert"].items() if k != "pooler"}   # nsp=False: no pooler
+  if config.family == "modernbert":  # ModernBertForMaskedLM's own tree
+    tree = params
+  else:
+    bert = {k: v for k, v in params["bert"].items() if k != "pooler"}  # nsp=False: no pooler
+    tree = {"bert": bert, "mlm_head": params["mlm_head"]}
   ids = np.asarray(ids, np.int32)
   mask = np.ones_like(ids) if mask is None else np.asarray(mask, np.int32)
   segment_ids = np.zeros_like(ids) if segment_ids is None else np.asarray(segment_ids, np.int32)
   with jax.default_matmul_precision("float32"):
-    logits = _mlm_logits({"bert": bert, "mlm_head": params["mlm_head"]}, ids, mask,
-                         segment_ids, np.asarray(positions, np.int32), config=config.replace(
-                             deterministic=True))
+    logits = _mlm_logits(tree, ids, mask, segment_ids, np.asarray(positions, np.int32),
+                         config=config.replace(deterministic=True))
   return np.asarray(jax.nn.softmax(logits, axis=-1))
 
 
@@ -54,7 +57,7 @@ def check_mlm_head(model: loader.Loaded, what: str = "--checkpoint") -> None:
                      f"{'encoder-only ' if model.kind == 'bert' else ''}checkpoint, task "
                      f"{model.task}); fill-mask needs a pretraining checkpoint (our "
                      "bert_pretraining workdir, or an HF BertForPreTraining / BertForMaskedLM "
-                     "directory)")
+                     "/ ModernBertForMaskedLM directory)")
 
 
 def _next_pow2(n: int) -> int:

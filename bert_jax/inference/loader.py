@@ -1,10 +1,12 @@
 """One loader for every reader of a trained model (fill-mask, the pictures, the Python API):
 "our workdir or a Hugging Face directory" -> model + tokenizer.
 
-BERT comes from an HF BERT directory (config.json + model.safetensors + vocab) or one of our
-pretraining / fine-tuning checkpoints; the encoder-decoder and GPT come from our workdirs
-(their tasks save the Transformer / GPT param trees). The family is read from the param
-tree, and the saved task name (config.task) is quoted when a checkpoint holds none of them.
+BERT comes from an HF BERT directory (config.json + model.safetensors + vocab), ModernBERT
+from a transformers ModernBERT one (interop/modernbert.py; its BPE tokenizer.json as
+saved), either from one of our pretraining / fine-tuning checkpoints; the encoder-decoder
+and GPT come from our workdirs (their tasks save the Transformer / GPT param trees). The
+family is read from the param tree (ModernBERT's: from config.family), and the saved task
+name (config.task) is quoted when a checkpoint holds none of them.
 """
 from __future__ import annotations
 
@@ -21,16 +23,18 @@ class InputError(Exception):
 
 @dataclasses.dataclass
 class Loaded:
-  kind: str                   # "bert" | "seq2seq" | "gpt"
+  kind: str                   # "bert" (config.family: BERT or ModernBERT) | "seq2seq" | "gpt"
   config: TransformerConfig   # deterministic=True
-  params: dict                # bert: {"bert": encoder[, "mlm_head"]}; else the model's tree
+  # bert: {"bert": encoder[, "mlm_head"]}; ModernBERT: {"model": encoder[, "head",
+  # "decoder_bias"]} (ModernBertForMaskedLM's); else the model's tree
+  params: dict
   tokenizer: Any              # tokenizers.Tokenizer
   task: str                   # config.task of our checkpoints, "hf" for HF directories
   source: str
 
   @property
   def has_mlm_head(self) -> bool:
-    return "mlm_head" in self.params
+    return "mlm_head" in self.params or "head" in self.params
 
 
 def _hf_bert(path: str):
@@ -46,6 +50,17 @@ def _hf_bert(path: str):
   return config, params
 
 
+def _hf_modernbert(path: str):
+  """A transformers ModernBERT directory: {model[, head, decoder_bias]} (the MLM tree when
+  it has the MLM head), its tokenizer.json (BPE) as saved."""
+  from bert_jax.interop import hf_load, modernbert  # pylint: disable=g-import-not-at-top
+  config = modernbert.load_modernbert_config(path, deterministic=True)
+  tensors = hf_load.read_safetensors(path)
+  model = modernbert.model_of(tensors)
+  params = modernbert.hf_to_params(tensors, config, model=model, source=path)
+  return config, params if model == "masked_lm" else {"model": params}
+
+
 def _ours(path: str):
   from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
   from bert_jax.interop import hf_layout  # pylint: disable=g-import-not-at-top
@@ -53,6 +68,11 @@ def _ours(path: str):
       path, return_meta=True)
   task = str(meta.get("task") or meta.get("config", {}).get("task") or "unknown")
   tree = hf_layout.unflatten(hf_layout.plain_flat(params))   # unboxed, BERT layers unrolled
+  if config.family == "modernbert":  # ModernBertForMaskedLM's tree, or a classifier's
+    mlm = "head" in tree and "classifier" not in tree
+    params = ({k: v for k, v in tree.items() if k in ("model", "head", "decoder_bias")}
+              if mlm else {"model": tree.get("model", tree)})
+    return "bert", config.replace(deterministic=True), params, tokenizer_dir, task
   if "bert" in tree or "embeddings" in tree:
     bert = tree["bert"] if "bert" in tree else {
         k: v for k, v in tree.items() if k in ("embeddings", "encoder", "pooler")}
@@ -78,7 +98,7 @@ def load(path: str, what: str = "--checkpoint") -> Loaded:
   from bert_jax.checkpoint import pretrained  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import paths  # pylint: disable=g-import-not-at-top
-  from bert_jax.interop import gpt2  # pylint: disable=g-import-not-at-top
+  from bert_jax.interop import gpt2, modernbert  # pylint: disable=g-import-not-at-top
   if not os.path.exists(path):
     raise InputError(f"{what} {path} does not exist")
   if os.path.isfile(path) and os.path.basename(path) in ("config.json", "model.safetensors"):
@@ -87,7 +107,8 @@ def load(path: str, what: str = "--checkpoint") -> Loaded:
   try:
     if os.path.isfile(os.path.join(path, "config.json")):
       kind, task = "bert", "hf"
-      config, params = _hf_bert(path)
+      config, params = (_hf_modernbert(path) if modernbert.is_modernbert_dir(path)
+                        else _hf_bert(path))
       tokenizer_dir = path if pretrained.has_tokenizer(path) else None
     elif pretrained.is_our_checkpoint(path):
       kind, config, params, tokenizer_dir, task = _ours(path)
@@ -105,7 +126,9 @@ def load(path: str, what: str = "--checkpoint") -> Loaded:
   if not tokenizer_dir:
     raise InputError(f"{what} {path} has no vocab.txt / tokenizer.json")
   try:
-    if kind != "bert" and not (paths.resolve(tokenizer_dir) / "vocab.txt").exists():
+    if config.family == "modernbert":  # its tokenizer.json as saved (BPE), else WordPiece
+      tokenizer = modernbert.load_tokenizer(tokenizer_dir)
+    elif kind != "bert" and not (paths.resolve(tokenizer_dir) / "vocab.txt").exists():
       # GPT's byte-level BPE, translation's shared BPE: their tokenizer.json as saved
       tokenizer = gpt2.load_gpt2_tokenizer(tokenizer_dir)
     else:
