@@ -14,6 +14,7 @@ from bert_jax.aot import compile as compile_lib
 from bert_jax.aot import cost as cost_lib
 from bert_jax.aot import traffic
 from bert_jax.aot import report as report_lib
+from bert_jax.train import phases as phases_lib
 
 STEPS = ("train", "eval")
 
@@ -78,10 +79,10 @@ def _check_task(config, topology, steps, config_name, task, cost):
             "state": report_lib.state_bytes(setup.abstract), "steps": []}
   texts, names = [], []
   for i, phase in enumerate(compile_lib.phases(config)):
+    batch = phases_lib.batch_size(config.train, phase)  # a batch warmup's stage: its own
     for name in steps:
-      step = compile_lib.compile_step(setup, name, phase, int(config.train.batch_size))
-      r = report_lib.step_report(step, task, int(config.train.batch_size), setup.chip,
-                                 report["num_chips"])
+      step = compile_lib.compile_step(setup, name, phase, batch)
+      r = report_lib.step_report(step, task, batch, setup.chip, report["num_chips"])
       # A phase may recompute differently from the model's default (tasks/pretraining.py).
       r["remat_policy"] = phase.get("remat_policy", task.model_config.remat_policy)
       if estimate and r["fits"]:

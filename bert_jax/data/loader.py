@@ -144,7 +144,9 @@ def make_masker(cfg, prepared: PreparedData, seed: int,
       max_predictions=cfg.max_predictions_per_seq,
       masked_lm_prob=masked_lm_prob or cfg.masked_lm_prob,
       replacement_weights=weights, whole_word_mask=cfg.whole_word_mask,
-      continuation=tokenizer_lib.continuation_mask(tok), seed=seed)
+      continuation=tokenizer_lib.continuation_mask(tok), seed=seed,
+      mask_token_prob=cfg.get("mask_token_prob", 0.8),
+      random_token_prob=cfg.get("random_token_prob", 0.1))
 
 
 def _process_shard(shard_index, shard_count) -> tuple[int, int]:

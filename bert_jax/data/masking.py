@@ -25,6 +25,14 @@ def check_rates(data_cfg) -> None:
   if eval_rate is not None and not 0 <= eval_rate <= 1:
     raise ValueError(f"data.eval_masked_lm_prob={eval_rate} must be in [0, 1] (0: the "
                      "validation masks follow data.masked_lm_prob).")
+  split = {k: data_cfg.get(k) for k in ("mask_token_prob", "random_token_prob")}
+  for key, p in split.items():
+    if p is not None and not 0 <= p <= 1:
+      raise ValueError(f"data.{key}={p} must be in [0, 1] (of the masked slots).")
+  if None not in split.values() and sum(split.values()) > 1 + 1e-9:  # (float sums)
+    raise ValueError(f"data.mask_token_prob={split['mask_token_prob']} + data."
+                     f"random_token_prob={split['random_token_prob']} must be <= 1 (the rest "
+                     "of the masked slots keep their token).")
 
 
 class Masker:
@@ -32,18 +40,19 @@ class Masker:
 
   Per sequence, from the n real tokens (not padding nor a special/[unused] token)
   `k = min(max_predictions, max(1, round(n * masked_lm_prob)))` are chosen; each becomes
-  [MASK] with probability 0.8, a random token with 0.1 (drawn by the CumulativeSampler
-  over `replacement_weights`, e.g. corpus unigram counts, never a special token) and stays
-  with 0.1. Whole-word masking picks words in random order while their pieces fit in k
-  (it stops at the first word that does not fit, where google's loop would try smaller
-  later words, so it can mask a few tokens less than k).
+  [MASK] with probability mask_token_prob (BERT's 0.8), a random token with
+  random_token_prob (0.1; drawn by the CumulativeSampler over `replacement_weights`, e.g.
+  corpus unigram counts, never a special token) and stays with the rest. Whole-word
+  masking picks words in random order while their pieces fit in k (it stops at the first
+  word that does not fit, where google's loop would try smaller later words, so it can
+  mask a few tokens less than k).
   """
 
   def __init__(self, *, special_ids: Sequence[int], vocab_size: int, mask_id: int,
                max_predictions: int, masked_lm_prob: float = 0.15,
                replacement_weights: Optional[np.ndarray] = None,
                whole_word_mask: bool = False, continuation: Optional[np.ndarray] = None,
-               seed: int = 0):
+               seed: int = 0, mask_token_prob: float = 0.8, random_token_prob: float = 0.1):
     """Args:
       special_ids: ids never chosen nor drawn (padding included).
       replacement_weights: [vocab_size] weights of random replacement tokens; None is
@@ -55,6 +64,7 @@ class Masker:
     self.mask_id = mask_id
     self.max_predictions = max_predictions
     self.masked_lm_prob = masked_lm_prob
+    self.mask_token_prob, self.random_token_prob = mask_token_prob, random_token_prob
     self.seed = seed
     self.whole_word_mask = whole_word_mask
     if whole_word_mask and continuation is None:
@@ -103,10 +113,12 @@ class Masker:
     pos = np.where(weights, pos, 0)
     orig = np.take_along_axis(input_ids, pos, axis=1)  # [B, P]
 
-    r = uniforms(keys, 1, p)  # [B, P]: 80% [MASK], 10% random, 10% unchanged
-    new = np.where(r < 0.8, self.mask_id, orig)
-    # Draw (a binary search each) only for the ~10% of slots that get a random token.
-    replace = weights & (r >= 0.9)
+    # [B, P]: r < mask_token_prob [MASK], r >= 1 - random_token_prob random, between them
+    # unchanged (the random slots at the top: BERT's 0.8 / 0.1 give the masks they always did).
+    r = uniforms(keys, 1, p)
+    new = np.where(r < self.mask_token_prob, self.mask_id, orig)
+    # Draw (a binary search each) only for the slots that get a random token.
+    replace = weights & (r >= 1.0 - self.random_token_prob)
     new[replace] = self.sampler.from_uniform(uniforms(keys, 2, p)[replace])
     out = input_ids.copy()
     rows, cols = np.nonzero(weights)

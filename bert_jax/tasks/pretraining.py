@@ -1,4 +1,5 @@
-"""The BERT pretraining task: MLM (+ NSP) on BertForPreTraining.
+"""The BERT pretraining task: MLM (+ NSP) on BertForPreTraining, or MLM alone on another
+encoder family (ModernBERT: models/registry.py).
 
 A task tells the shared train/eval steps how to run its model and which loss and
 metric terms it has; the steps own the mechanics (see bert_jax/train/steps.py).
@@ -13,8 +14,9 @@ import numpy as np
 
 from bert_jax.data import masking
 from bert_jax.layers.param_layout import unrolled_to_scan
-from bert_jax.models.bert import BertForPreTraining
+from bert_jax.models.registry import pretraining_model
 from bert_jax.train import losses
+from bert_jax.train import phases as phases_lib
 from bert_jax.train.defaults import transformer_config
 
 
@@ -24,6 +26,11 @@ _SIZE_FIELDS = (("num_layers", "num_layers"), ("hidden_size", "hidden_size"),
                 ("num_heads", "num_heads"), ("head_dim", "d_head"), ("mlp_dim", "d_mlp"),
                 ("vocab_size", "vocab_size"), ("max_len", "max_len"),
                 ("type_vocab_size", "type_vocab_size"))
+# TransformerConfig fields a phase may set for its own steps: the same params, another
+# recomputation (remat_policy) or RoPE (rotary_base: ModernBERT's context extension).
+PHASE_MODEL_FIELDS = ("remat_policy", "rotary_base")
+PHASE_KEYS = phases_lib.LOOP_KEYS + ("max_seq_length", "max_predictions_per_seq"
+                                     ) + PHASE_MODEL_FIELDS
 
 
 class PretrainingTask:
@@ -40,17 +47,37 @@ class PretrainingTask:
     self.tokenizer_dir = None  # set by prepare(): the directory of the vocabulary
     self.nsp = config.data.mode == "nsp"
     self.model_config = transformer_config(config)
-    self.model = BertForPreTraining(self.model_config, nsp=self.nsp)
-    # A phase may set its own remat policy (S128 and S512 want different ones: configs/
-    # bert_large.py): the same params, another recomputation, picked by the batch's
-    # (static) length inside the jitted step.
-    self.phase_models = {
-        int(p["max_seq_length"]): BertForPreTraining(
-            self.model_config.replace(remat_policy=p["remat_policy"]), nsp=self.nsp)
-        for p in map(dict, config.train.get("phases") or ())
-        if "remat_policy" in p and "max_seq_length" in p}
-    self.eval_model = BertForPreTraining(self.model_config.replace(deterministic=True),
-                                         nsp=self.nsp)
+    if self.nsp and self.model_config.family != "bert":
+      raise ValueError(f"model.family={self.model_config.family!r} has no next-sentence "
+                       "head: set data.mode='mlm_packed' (MLM only).")
+    self.model = pretraining_model(self.model_config, nsp=self.nsp)
+    self.eval_model = pretraining_model(self.model_config.replace(deterministic=True),
+                                        nsp=self.nsp)
+    phases_lib.check_keys(config.train.get("phases"), PHASE_KEYS)
+    self.phase_models, self.eval_phase_models = self._phase_models()
+
+  def _phase_models(self) -> tuple[dict, dict]:
+    """({length: train model}, {length: eval model}) of the phases that set
+    PHASE_MODEL_FIELDS: S128 and S512 want different remat policies (configs/bert_large.py),
+    ModernBERT extends its context with another global theta. The same params; the jitted
+    step picks the model by the batch's (static) length, so phases of one length (a batch
+    warmup's stages) must agree on these fields."""
+    train, evals, seen = {}, {}, {}
+    for i, p in enumerate(map(dict, self.config.train.get("phases") or ())):
+      n, fields = self.phase_shapes(p)["seq_len"], {k: p[k] for k in PHASE_MODEL_FIELDS if k in p}
+      if "rotary_base" in fields and self.model_config.position != "rotary":
+        raise ValueError(f"train.phases[{i}].rotary_base is for rotary positions; "
+                         f"model.position={self.model_config.position!r}.")
+      if n in seen and seen[n][1] != fields:
+        raise ValueError(f"train.phases[{i}] sets {fields or 'no model fields'} but "
+                         f"train.phases[{seen[n][0]}] at the same length {n} sets "
+                         f"{seen[n][1] or 'none'}: phases of one length share one model.")
+      seen.setdefault(n, (i, fields))
+      if fields:
+        train[n] = pretraining_model(self.model_config.replace(**fields), nsp=self.nsp)
+        evals[n] = pretraining_model(self.model_config.replace(deterministic=True, **fields),
+                                     nsp=self.nsp)
+    return train, evals
 
   # ------------------------------------------------------------------- data
   def phase_data_config(self, phase: dict) -> ml_collections.ConfigDict:
@@ -150,8 +177,9 @@ class PretrainingTask:
     return inputs
 
   def apply(self, params, batch, rng, train: bool):
-    model = (self.phase_models.get(batch["input_ids"].shape[1], self.model) if train
-             else self.eval_model)
+    length = batch["input_ids"].shape[1]
+    model = (self.phase_models.get(length, self.model) if train
+             else self.eval_phase_models.get(length, self.eval_model))
     rngs = {"dropout": rng} if train else {}
     return model.apply({"params": params}, **self._inputs(batch), rngs=rngs)
 

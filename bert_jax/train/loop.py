@@ -25,6 +25,7 @@ from bert_jax.runtime import progress
 from bert_jax import kernels
 from bert_jax.train import mfu
 from bert_jax.train import optim, steps, wandb_run
+from bert_jax.train import phases as phases_lib
 from bert_jax.train import profile as profile_lib
 from bert_jax.train.preemption import Preemption, log_stop
 from bert_jax.train.writer import MetricWriter, MetricsWriteError, eval_report, log, progress_line
@@ -47,22 +48,7 @@ def _saves_finish_first(ckpt):
     raise
 
 
-def _phase_plan(config, total_steps: int):
-  """[(first_step, end_step, phase_cfg)]: e.g. seq 128 for 90% of steps, then 512."""
-  phases = [dict(p) for p in config.train.get("phases") or ()] or [{"fraction": 1.0}]
-  plan, start = [], 0
-  for i, ph in enumerate(phases):
-    end = total_steps if i == len(phases) - 1 else start + int(round(ph["fraction"] * total_steps))
-    plan.append((start, end, dict(ph)))
-    start = end
-  return plan
-
-
-def _phase_of(plan, step: int) -> int:
-  for i, (start, end, _) in enumerate(plan):
-    if start <= step < end:
-      return i
-  return len(plan) - 1
+_phase_plan, _phase_of = phases_lib.plan, phases_lib.phase_of
 
 
 def abstract_state(task, tx, mesh, dummy_batch, seed: int):
@@ -111,32 +97,33 @@ def _meta(config, task, phase: int) -> dict:
           "tokenizer_dir": task.tokenizer_dir}
 
 
-def _step_cost(task, phase: dict, batch_size: int) -> tuple[int, float]:
-  """(tokens, model FLOPs) of one train step of `phase`."""
+def _step_cost(task, phase: dict, batch_size: int) -> tuple[int, int, float]:
+  """(sequences, tokens, model FLOPs) of one train step of `phase` at `batch_size`."""
   shapes = task.phase_shapes(phase)
-  return (batch_size * shapes["seq_len"],
+  return (batch_size, batch_size * shapes["seq_len"],
           batch_size * task.flops_per_example(shapes["seq_len"], shapes["num_predictions"]))
 
 
 class _Window:
-  """The train steps since the last log line: their metrics, tokens and FLOPs.
+  """The train steps since the last log line: their metrics, sequences, tokens and FLOPs.
 
-  Tokens and FLOPs are counted per step, so a window that spans a sequence-length
-  phase switch reports each step at its own length.
+  All are counted per step, so a window that spans a phase switch (another sequence
+  length or batch size) reports each step at its own shape.
   """
 
   def __init__(self, t0: float):
-    self.t0, self.metrics, self.tokens, self.flops = t0, [], 0, 0.0
+    self.t0, self.metrics, self.seqs, self.tokens, self.flops = t0, [], 0, 0, 0.0
 
-  def add(self, metrics, tokens: int, flops: float) -> None:
+  def add(self, metrics, seqs: int, tokens: int, flops: float) -> None:
     self.metrics.append(metrics)
+    self.seqs += seqs
     self.tokens += tokens
     self.flops += flops
 
-  def rates(self, now: float, batch_size: int, num_devices: int, peak: float) -> dict:
+  def rates(self, now: float, num_devices: int, peak: float) -> dict:
     """The window's perf/* scalars (model FLOPs per device over wall time)."""
     dt, n = now - self.t0, len(self.metrics)
-    return {"perf/seq_per_sec": batch_size * n / dt, "perf/tokens_per_sec": self.tokens / dt,
+    return {"perf/seq_per_sec": self.seqs / dt, "perf/tokens_per_sec": self.tokens / dt,
             "perf/step_time_s": dt / n,
             "perf/tflops_per_device": self.flops / dt / num_devices / 1e12,
             "perf/mfu": mfu.mfu(self.flops / n, dt / n, num_devices, peak)}
@@ -221,13 +208,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   # Rows by batch block, not by process: processes that share a block load the same rows.
   shards = parallel.row_shards(mesh)
   shard, nshards = shards.index, shards.count
-  if tc.batch_size <= 0 or tc.batch_size % parallel.data_parallel_size(mesh):
-    raise ValueError(f"train.batch_size={tc.batch_size} must be a positive multiple of the "
-                     f"{parallel.data_parallel_size(mesh)} data-parallel devices "
-                     f"(config.mesh_shape resolved to {tuple(mesh.shape.values())}).")
+  phases_lib.check(tc, parallel.data_parallel_size(mesh), mesh.shape.values())
   check_counts(tc)
   steps.check_precision(getattr(task, "model_config", None))
-  host_batch = tc.batch_size // nshards  # rows this process loads
   wandb_run.check_available(config)
   # The task first: it refuses a workdir holding another run's tokenizer before this run
   # writes a metric line. W&B starts once the restore has accepted the workdir (below).
@@ -236,11 +219,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   total_steps, eval_every, checkpoint_every = _step_counts(tc, task)
   tx, schedule = optim.make_optimizer(tc, total_steps)
   plan = _phase_plan(config, total_steps)
+  # Rows this process loads in phase i (each phase may set its own global batch size).
+  host_batch = lambda i: phases_lib.batch_size(tc, plan[i][2]) // nshards
+  train_iterator = lambda i: task.train_iterator(plan[i][2], host_batch(i), shard, nshards,
+                                                 config.seed)
 
   to_global = functools.partial(parallel.host_to_global, mesh=mesh, shards=shards)
 
   # --------------------------------------------------- (2) sharded state
-  dummy = task.dummy_batch(tc.batch_size, **task.phase_shapes(plan[0][2]))
+  dummy = task.dummy_batch(phases_lib.batch_size(tc, plan[0][2]),
+                           **task.phase_shapes(plan[0][2]))
   with mesh:
     state, state_sh, abstract = create_sharded_state(task, tx, mesh, dummy, config.seed)
 
@@ -252,7 +240,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   start_step = 0
   latest = ckpt.latest_step(agreed=True)  # the same on every process
   phase = _phase_of(plan, latest or 0)
-  train_iter = task.train_iterator(plan[phase][2], host_batch, shard, nshards, config.seed)
+  train_iter = train_iterator(phase)
   if latest is not None:
     try:
       restored = ckpt.restore(abstract, data_iterator=train_iter)
@@ -264,7 +252,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     if meta.get("phase", phase) != _phase_of(plan, start_step):
       # Saved at a phase boundary: the new phase starts its own data stream.
       phase = _phase_of(plan, start_step)
-      train_iter = task.train_iterator(plan[phase][2], host_batch, shard, nshards, config.seed)
+      train_iter = train_iterator(phase)
+    elif phase != _phase_of(plan, start_step):  # an older step than `latest` restored, of
+      phase, position = _phase_of(plan, start_step), train_iter.get_state()  # another phase:
+      train_iter = train_iterator(phase)  # its stream at its batch size, where it was saved
+      train_iter.set_state(position)
     log(f"resumed from {ckpt.directory}/{got} at step {start_step}")
   elif config.get("init_from"):
     params = task.load_pretrained_params(config.init_from, state.params)
@@ -276,7 +268,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     writer.wandb = wandb_run.start(config, workdir)
   phase = _phase_of(plan, start_step)
   if eval_every:  # fail now, not after hours of training, if there is nothing to eval on
-    task.eval_iterator(plan[phase][2], host_batch, shard, nshards)
+    task.eval_iterator(plan[phase][2], host_batch(phase), shard, nshards)
 
   # --------------------------------------------------- (4) compile steps
   p_train, p_eval = jit_steps(task, tx, schedule, tc, state_sh, mesh)
@@ -305,7 +297,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   first_metrics = None
   loop_t0, loop_step0 = time.perf_counter(), start_step
   step = start_step
-  step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
+  step_cost = _step_cost(task, plan[phase][2], phases_lib.batch_size(tc, plan[phase][2]))
   # A signal stops every process at the same step: one process's own decision alone
   # left the others waiting in the next step's collectives (multihost.StopVote).
   several = jax.process_count() > 1
@@ -315,8 +307,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     while step < total_steps:
       if _phase_of(plan, step) != phase:
         phase = _phase_of(plan, step)
-        train_iter = task.train_iterator(plan[phase][2], host_batch, shard, nshards, config.seed)
-        step_cost = _step_cost(task, plan[phase][2], tc.batch_size)
+        train_iter = train_iterator(phase)
+        step_cost = _step_cost(task, plan[phase][2], phases_lib.batch_size(tc, plan[phase][2]))
         log(f"phase {phase}: {plan[phase][2]}")
       batch = to_global(next(train_iter))
       state, m = profiler.run(step + 1, p_train, state, batch)
@@ -342,8 +334,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
         avg = {f"train/{k}": float(np.mean([x[k] for x in good]))
                for k in good[0] if k != "finite"}
         avg["train/skipped_steps"] = float(len(bad))
-        avg.update(window.rates(time.perf_counter(), tc.batch_size, jax.device_count(),
-                                peak.flops))
+        avg.update(window.rates(time.perf_counter(), jax.device_count(), peak.flops))
         if first_metrics is None:
           first_metrics = dict(avg)
         writer.write_scalars(step, avg)
@@ -358,7 +349,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
       paused = time.perf_counter()
       scored_now = False
       if eval_every and (step % eval_every == 0 or step == total_steps):
-        eval_iter = task.eval_iterator(plan[phase][2], host_batch, shard, nshards)
+        # At the phase's batch size: what fits at its length (eval_steps counts batches).
+        eval_iter = task.eval_iterator(plan[phase][2], host_batch(phase), shard, nshards)
         last_eval = evaluate(p_eval, task, state.params, eval_iter, tc.eval_steps, to_global)
         scored_now = bool(last_eval)
         if last_eval:

@@ -1,5 +1,6 @@
 """Dynamic MLM masking (data/masking.py), checked by its statistics."""
 import numpy as np
+import pytest
 from scipy import stats
 
 from bert_jax.data import masking
@@ -111,3 +112,57 @@ def test_max_predictions_larger_than_sequence():
   out = masker(ids, 0, np.arange(8))
   assert out["masked_lm_positions"].shape == (8, 40)
   assert (out["masked_lm_weights"].sum(1) <= 14).all()
+
+
+def test_the_mask_random_keep_split_follows_the_config():
+  """0.5 / 0.3 / 0.2 of ~16k masked slots, each share within 4 sigma of its binomial."""
+  ids, lengths = random_batch()
+  masker, _ = make_masker(mask_token_prob=0.5, random_token_prob=0.3)
+  out = masker(ids, epoch=0, index=np.arange(len(ids)))
+  sel = out["masked_lm_weights"] > 0
+  rows = np.nonzero(sel)[0]
+  orig = ids[rows, out["masked_lm_positions"][sel]]
+  new = out["input_ids"][rows, out["masked_lm_positions"][sel]]
+  n = len(new)
+  assert n > 15_000
+  # (a random draw equals the original with probability ~1/5000: within the keep share)
+  shares = {"mask": (new == MASK).mean(), "keep": (new == orig).mean(),
+            "random": ((new != MASK) & (new != orig)).mean()}
+  for name, p in {"mask": 0.5, "random": 0.3, "keep": 0.2}.items():
+    assert abs(shares[name] - p) < 4 * np.sqrt(p * (1 - p) / n), (name, shares)
+
+
+def test_the_default_split_gives_the_masks_of_the_fixed_80_10_10():
+  """The defaults reproduce the hard-coded rule they replace: r < 0.8 [MASK], r >= 0.9 a
+  random token, from the same uniforms (sampling.uniforms streams 1 and 2)."""
+  from bert_jax.data.sampling import example_keys, uniforms  # pylint: disable=g-import-not-at-top
+  ids, _ = random_batch(200)
+  masker, _ = make_masker()
+  index = np.arange(len(ids))
+  out = masker(ids, epoch=3, index=index)
+  pos, w = out["masked_lm_positions"], out["masked_lm_weights"] > 0
+  keys = example_keys(masker.seed, 3, index)
+  r = uniforms(keys, 1, masker.max_predictions)
+  orig = np.take_along_axis(ids, pos, axis=1)
+  expected = np.where(r < 0.8, MASK, orig)
+  replace = w & (r >= 0.9)
+  expected[replace] = masker.sampler.from_uniform(
+      uniforms(keys, 2, masker.max_predictions)[replace])
+  got = np.take_along_axis(out["input_ids"], pos, axis=1)
+  np.testing.assert_array_equal(got[w], expected[w])
+  assert replace.sum() > 50 and (got[w] == MASK).sum() > 500
+
+
+@pytest.mark.parametrize("mask,rand,message", [
+    (1.2, 0.0, r"^data.mask_token_prob=1.2 must be in \[0, 1\]"),
+    (0.8, -0.1, r"^data.random_token_prob=-0.1 must be in \[0, 1\]"),
+    (0.8, 0.3, r"^data.mask_token_prob=0.8 \+ data.random_token_prob=0.3 must be <= 1"),
+])
+def test_a_bad_split_is_one_line_naming_the_field(mask, rand, message):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  cfg = ml_collections.ConfigDict(dict(mask_token_prob=mask, random_token_prob=rand))
+  with pytest.raises(ValueError, match=message) as e:
+    masking.check_rates(cfg)
+  assert "\n" not in str(e.value)
+  masking.check_rates(ml_collections.ConfigDict(dict(mask_token_prob=0.5,
+                                                     random_token_prob=0.5)))
