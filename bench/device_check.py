@@ -8,7 +8,8 @@ Parts (docs/gpu.md says what to expect):
 1. attention `auto` and `xla` against the float32 reference on padded, packed and causal
    bf16 rows: outputs and q/k/v gradients within bf16 tolerance, and the kernels each
    compiled program calls (custom-call targets: __cudnn$fmha... = cuDNN flash attention);
-2. train steps in bf16, BERT-base S128 and S512, GPT-2 small S1024: step time, MFU
+2. train steps in bf16, BERT-base S128 and S512, ModernBERT-base S1024 (its local layers'
+   attention path named beside the global one's), GPT-2 small S1024: step time, MFU
    against the datasheet peak, peak device memory, one step traced into --out's
    directory (profile/<model>, TensorBoard's Profile tab);
 3. the same models' steps in PyTorch (transformers, bf16 autocast, SDPA, fused AdamW)
@@ -36,13 +37,18 @@ import bench_util  # noqa: E402  pylint: disable=wrong-import-position
 GPT2 = dict(vocab_size=50257, max_len=1024, hidden_size=768, num_layers=12, num_heads=12)
 BERT_BASE = dict(vocab_size=30522, max_len=512, hidden_size=768, num_layers=12, num_heads=12,
                  mlp_dim=3072)
+MODERNBERT_BASE = dict(vocab_size=50368, max_len=8192, hidden_size=768, num_layers=22,
+                       num_heads=12, mlp_dim=1152)
 TINY = dict(vocab_size=512, max_len=64, hidden_size=64, num_layers=2, num_heads=2, mlp_dim=128)
 FULL_PLAN = dict(attention=(4, 1024, 12, 64), steps=10, prompt=32, new=128, batches=(1, 8),
                  train=[("bert_base_s128", "bert", BERT_BASE, 256, 128),
                         ("bert_base_s512", "bert", BERT_BASE, 32, 512),
+                        ("modernbert_base_s1024", "modernbert", MODERNBERT_BASE, 32, 1024),
                         ("gpt2_small_s1024", "gpt", dict(GPT2, mlp_dim=3072), 16, 1024)])
 SMOKE_PLAN = dict(attention=(2, 32, 2, 16), steps=1, prompt=8, new=4, batches=(2,),
                   train=[("bert_tiny_s16", "bert", TINY, 4, 16),
+                         ("modernbert_tiny_s32", "modernbert",
+                          dict(TINY, num_layers=3, local_window=8), 2, 32),
                          ("gpt_tiny_s32", "gpt", TINY, 2, 32)])
 DATA_PACKAGES = ("tensorflow_datasets", "grain", "array_record", "gensim")
 
@@ -62,9 +68,11 @@ def torch_side(plan: dict, python: str) -> dict:
   train = []
   for name, family, size, batch, seq in plan["train"]:
     ids = rng.integers(0, size["vocab_size"], (batch, seq)).tolist()
-    if family == "bert":
+    if family in ("bert", "modernbert"):
       labels = [[t if rng.random() < 0.15 else -100 for t in row] for row in ids]
-      b = dict(input_ids=ids, labels=labels, next_sentence_label=[0] * batch)
+      b = dict(input_ids=ids, labels=labels)
+      if family == "bert":
+        b["next_sentence_label"] = [0] * batch
     else:
       b = dict(input_ids=ids, labels=ids)
     train.append(dict(name=name, family=family, model=dict(size, mlp_dim=size.get(

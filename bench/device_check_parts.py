@@ -82,9 +82,15 @@ def check_attention(b: int, t: int, h: int, d: int, tol: float = 3e-2) -> list[d
 
 # ------------------------------------------------------------------------ train steps
 def step_config(family: str, size: dict, batch: int, seq: int) -> ml_collections.ConfigDict:
-  """A pretraining (BERT) or LM (GPT) config in bf16, fused attention (no attention
-  dropout), synthetic data; `size` overrides the variant's dimensions."""
-  if family == "bert":
+  """A pretraining (BERT, ModernBERT: MLM only) or LM (GPT) config in bf16, fused
+  attention (no attention dropout), synthetic data; `size` overrides the variant's
+  dimensions."""
+  if family == "modernbert":
+    c = base_config("bert_pretraining")
+    c.model = model_config("modernbert/base", dtype="bfloat16", scan_layers=False, **size)
+    c.data = ml_collections.ConfigDict(dict(mode="mlm_packed", max_seq_length=seq,
+                                            max_predictions_per_seq=max(1, seq * 15 // 100)))
+  elif family == "bert":
     c = base_config("bert_pretraining")
     c.model = model_config("bert/base", dtype="bfloat16", attention_dropout_rate=0.0, **size)
     c.data = ml_collections.ConfigDict(dict(mode="nsp", max_seq_length=seq,
@@ -102,9 +108,10 @@ def synthetic_batch(task, family: str, batch: int, seq: int, vocab: int) -> dict
   """The task's dummy batch with random ids and BERT's 15% masked positions."""
   rng = np.random.default_rng(0)
   preds = max(1, seq * 15 // 100)
-  b = dict(task.dummy_batch(batch, seq, preds if family == "bert" else 0))
+  masked = family in ("bert", "modernbert")
+  b = dict(task.dummy_batch(batch, seq, preds if masked else 0))
   b["input_ids"] = rng.integers(1000 if vocab > 2000 else 5, vocab, (batch, seq)).astype(np.int32)
-  if family == "bert":
+  if masked:
     b["input_mask"] = np.ones((batch, seq), np.int32)
     b["masked_lm_positions"] = np.stack(
         [np.sort(rng.choice(np.arange(1, seq), preds, replace=False)) for _ in range(batch)]
@@ -154,7 +161,8 @@ def time_train_step(name: str, config, family: str, steps: int, profile_dir: str
           "mfu": mfu.mfu(flops, step_s, 1, peak.flops), "peak": peak.describe(),
           "peak_memory_gib": (stats["peak_bytes_in_use"] / 2**30
                               if "peak_bytes_in_use" in stats else None),
-          "attention": kernels_lib.describe_path(task.model_config, int(tc.batch_size), seq)}
+          "attention": kernels_lib.describe_phases(task.model_config, int(tc.batch_size),
+                                                   [seq]).removeprefix(f"attention: S{seq} ")}
 
 
 # --------------------------------------------------------------------------- decoding

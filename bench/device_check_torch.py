@@ -48,6 +48,15 @@ def main():
           intermediate_size=m["mlp_dim"], max_position_embeddings=m["max_len"],
           attention_probs_dropout_prob=0.0, attn_implementation="sdpa")
       model = transformers.BertForPreTraining(cfg)
+    elif case["family"] == "modernbert":
+      cfg = transformers.ModernBertConfig(
+          vocab_size=m["vocab_size"], hidden_size=m["hidden_size"],
+          num_hidden_layers=m["num_layers"], num_attention_heads=m["num_heads"],
+          intermediate_size=m["mlp_dim"], max_position_embeddings=m["max_len"],
+          local_attention=m.get("local_window", 128), reference_compile=False,
+          pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
+          attn_implementation="sdpa")  # special ids inside a small test vocabulary
+      model = transformers.ModernBertForMaskedLM(cfg)
     else:
       cfg = transformers.GPT2Config(
           vocab_size=m["vocab_size"], n_positions=m["max_len"], n_embd=m["hidden_size"],
