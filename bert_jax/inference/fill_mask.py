@@ -118,12 +118,24 @@ def fill_many(model: loader.Loaded, texts: Sequence[str], top_k: int,
   inputs = [_masked_inputs(model, text) for text in texts]
   probs = mask_probabilities_many(model.config, model.params, [x[0] for x in inputs],
                                   [x[1] for x in inputs], batch_size)
+  word = _word_of(model.tokenizer)
+  # ModernBERT's table has rows past its tokenizer's ids (50,368 for 50,280 tokens): never
+  # an answer, as no text holds them.
+  known = model.tokenizer.get_vocab_size(with_added_tokens=True)
   out = []
   for p in probs:  # [P, V] each
-    best = np.argsort(-p, axis=-1, kind="stable")[:, :top_k]
-    out.append([[(model.tokenizer.id_to_token(int(i)), float(row[i])) for i in b]
-                for row, b in zip(p, best)])
+    best = np.argsort(-p[:, :known], axis=-1, kind="stable")[:, :top_k]
+    out.append([[(word(int(i)), float(row[i])) for i in b] for row, b in zip(p, best)])
   return out
+
+
+def _word_of(tokenizer):
+  """id -> the answer's text: a WordPiece token as it is ("##ing", as BERT users read
+  them), a byte-level BPE token decoded ("Ġcapital" -> "capital", ModernBERT's)."""
+  from tokenizers import models  # pylint: disable=g-import-not-at-top
+  if isinstance(tokenizer.model, models.WordPiece):
+    return tokenizer.id_to_token
+  return lambda i: tokenizer.decode([i], skip_special_tokens=False).strip()
 
 
 def fill(model: loader.Loaded, text: str, top_k: int) -> list[list[tuple[str, float]]]:
