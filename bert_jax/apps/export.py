@@ -10,11 +10,12 @@ model.safetensors and the tokenizer files, so `AutoModelFor...from_pretrained(D)
                     ModernBertForMaskedLM for model.family modernbert)
   classification    BertForSequenceClassification (problem_type regression for a score)
   ner               BertForTokenClassification
+                    (ModernBertFor{Sequence,Token}Classification from a ModernBERT)
   squad             BertForQuestionAnswering
   lm                GPT2LMHeadModel (byte-level BPE tokenizer.json)
 BERT exports carry vocab.txt + tokenizer.json + tokenizer_config.json. `best` is the
 run's best checkpoint by its train.best_metric (the newest when it kept none).
-Translation runs and classifiers on mean pooling have no transformers class that
+Translation runs and BERT classifiers on mean pooling have no transformers class that
 computes them exactly: one line says why, as for an unknown workdir or a missing step
 (exit code 2). An --output that already holds a model (config.json) is refused unless
 --overwrite; the files are written beside it and moved in at the end, config.json last,
@@ -70,12 +71,13 @@ class ExportError(ValueError):
   """A workdir, checkpoint or model that cannot be exported (exit code 2)."""
 
 
-def check_exportable(config, model: bool = False) -> None:
+def check_exportable(config, model: bool = False, family: str | None = None) -> None:
   """ExportError unless a run of `config` can be exported.
 
   model: also check that transformers' config can express config.model (pretraining and
   lm, whose architecture is config.model; fine-tuning's comes from init_from), as
-  config.export_hf does before training.
+  config.export_hf does before training. family: the run's encoder family (None: that
+  of its init_from); a ModernBERT classifier pools as its config.json says, mean or cls.
   """
   if config.task in REFUSED:
     raise ExportError(f"{config.task}: {REFUSED[config.task]}.")
@@ -83,7 +85,8 @@ def check_exportable(config, model: bool = False) -> None:
     raise ExportError(f"config.task={config.task!r} has no export; exportable: "
                       f"{sorted(KINDS)}.")
   if config.task == "classification" and config.get("pooling", "cls") != "cls":
-    raise ExportError(MEAN_POOLING + ".")
+    if (family or _init_family(config)) != "modernbert":
+      raise ExportError(MEAN_POOLING + ".")
   if model and config.task in ("bert_pretraining", "lm"):
     from bert_jax.interop import gpt2, hf_config  # pylint: disable=g-import-not-at-top
     from bert_jax.train.defaults import transformer_config  # pylint: disable=g-import-not-at-top
@@ -149,7 +152,7 @@ def export(workdir: str, output: str, which: str = "best",
                       f"--config ... --workdir {workdir}).")
   meta = checkpoint.read_meta(directory / str(steps[-1]))
   config = ml_collections.ConfigDict(meta.get("config") or {"task": meta.get("task")})
-  check_exportable(config)
+  check_exportable(config, family=(meta.get("model_config") or {}).get("family", "bert"))
   try:
     step = checkpoint.select_step(directory, steps, which,
                                   (meta.get("config") or {}).get("train") or {})
@@ -208,13 +211,14 @@ def _write(config, step_dir: str, output: str, model_config, params, tokenizer_d
     labels = getattr(task, "label_list", None)
     regression = bool(getattr(task, "regression", False))
   if model_config.family == "modernbert":  # ModernBertForMaskedLM (or a classifier)
-    if kind == "question_answering" or regression:
+    if kind == "question_answering":
       raise ExportError(f"{config.task}: a ModernBERT export has masked-LM and "
                         "classification heads only.")
     from bert_jax.interop import modernbert_save  # pylint: disable=g-import-not-at-top
     written = modernbert_save.save_modernbert(
         output, model_config, params, tokenizer,
-        model="masked_lm" if kind == "pretraining" else kind, labels=labels)
+        model="masked_lm" if kind == "pretraining" else kind, labels=labels,
+        regression=regression)
     return written["architectures"][0]
   written = hf_save.save_hf_bert(output, model_config, params, tokenizer, model=kind,
                                  labels=labels, regression=regression)
@@ -244,6 +248,18 @@ def export_hf(workdir: str) -> None:
     raise ValueError(f"config.export_hf: the run finished but its export failed: {e}") from None
   log(f"export_hf: {step_dir} -> {output} ({architecture}; transformers' from_pretrained "
       "loads it)")
+
+
+def _init_family(config) -> str:
+  """The encoder family a fine-tuning run of `config` starts from (its init_from's;
+  "bert" when that cannot be read: the run itself then says why)."""
+  from bert_jax.checkpoint import pretrained  # pylint: disable=g-import-not-at-top
+  if not config.get("init_from"):
+    return (config.get("model") or {}).get("family") or "bert"
+  try:
+    return pretrained.load_encoder(config.init_from, with_params=False)[0].family
+  except (ValueError, FileNotFoundError):
+    return "bert"
 
 
 def _tokenizer_path(config, tokenizer_dir, step_dir: str) -> str:

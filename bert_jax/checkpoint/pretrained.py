@@ -4,7 +4,8 @@
 the encoder weights only when the loop initializes from them: a resumed run never reads
 them), predict (the trained checkpoint's config + tokenizer; its weights are read once,
 by predict itself) and embed.py; `load_pretraining_params` serves pretraining's
-init_from (the encoder plus whichever pretraining heads the source has).
+init_from (the encoder plus whichever pretraining heads the source has);
+`load_modernbert_trees` a ModernBERT classifier's start (encoder and head).
 
 `path`: an HF BERT directory (config.json + model.safetensors, or one of those files), a
 transformers ModernBERT one (interop/modernbert.py: config.family "modernbert", the
@@ -14,6 +15,8 @@ checkpoints (a workdir, its checkpoints/ dir, or a step dir).
 from __future__ import annotations
 
 import os
+
+import numpy as np
 
 from bert_jax.checkpoint import manager as checkpoint
 from bert_jax.runtime import paths
@@ -61,8 +64,32 @@ def load_encoder(path: str, *, with_params: bool = True):
     config = config.replace(deterministic=True, scan_layers=False)
     if with_params:
       params = _encoder_of(params, path)
+    if config.family == "modernbert" and tokenizer_dir:  # a BPE tokenizer.json or WordPiece
+      return config, params, modernbert.load_tokenizer(tokenizer_dir)
   tokenizer = load_tokenizer(tokenizer_dir) if tokenizer_dir else None
   return config, params, tokenizer
+
+
+def load_modernbert_trees(path: str):
+  """(ModernBertModel tree, its prediction head {dense, norm} or None) of a ModernBERT
+  source, as numpy, its weights read once. The head is None when the source has none (a
+  bare ModernBertModel); transformers' classifiers share it with ForMaskedLM under the
+  same names, so their from_pretrained of an MLM checkpoint starts a classifier from it,
+  and fine-tuning does the same."""
+  path = _resolve(path)
+  if not modernbert.is_modernbert_dir(path):  # our workdirs: {model, head, ...}
+    _, params, _ = checkpoint.load_params_for_inference(path)
+    return _encoder_of(params, path), params.get("head")
+  config = modernbert.load_modernbert_config(path, deterministic=True)
+  tensors = hf_load.read_safetensors(path)
+  encoder = modernbert.hf_to_params(tensors, config, model="encoder", source=path)
+  shapes = {p: s for p, s in modernbert.expected_shapes(config, "masked_lm").items()
+            if p.startswith("head/")}
+  if not all(modernbert.hf_name(p) in tensors for p in shapes):
+    return encoder, None
+  head = {p: np.asarray(modernbert.to_ours(p, tensors[modernbert.hf_name(p)], s),
+                        config.params_dtype) for p, s in shapes.items()}
+  return encoder, layout.unflatten(head)["head"]
 
 
 def load_pretraining_params(path: str, nsp: bool):

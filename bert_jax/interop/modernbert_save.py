@@ -124,15 +124,16 @@ def params_to_hf(config: TransformerConfig, params: Any, model: str | None = Non
 
 def save_modernbert(path: str, config: TransformerConfig, params: Any,
                     tokenizer_or_dir: Any = None, *, model: str | None = None,
-                    labels: Sequence[str] | None = None) -> dict:
+                    labels: Sequence[str] | None = None, regression: bool = False) -> dict:
   """Writes a transformers ModernBERT directory; returns the config.json dict written.
 
   params: our ModernBertForMaskedLM tree (-> ModernBertForMaskedLM), a ModernBertModel
   tree (-> ModernBertModel), or with model= "sequence_classification" /
   "token_classification" a classifier tree (labels: the class names in id order,
-  default LABEL_i). tokenizer_or_dir: a directory whose tokenizer files are copied
-  (tokenizer.json, tokenizer_config.json, special_tokens_map.json, vocab.txt), a
-  tokenizers.Tokenizer, or None (weights only). `path` must be new or empty.
+  default LABEL_i; regression: a one-output sequence head, problem_type "regression").
+  tokenizer_or_dir: a directory whose tokenizer files are copied (tokenizer.json,
+  tokenizer_config.json, special_tokens_map.json, vocab.txt), a tokenizers.Tokenizer,
+  or None (weights only). `path` must be new or empty.
   """
   tensors, model = params_to_hf(config, params, model)
   tokenizer = _tokenizer_of(tokenizer_or_dir)
@@ -142,8 +143,10 @@ def save_modernbert(path: str, config: TransformerConfig, params: Any,
   if model in ("sequence_classification", "token_classification"):
     num_labels = tensors["classifier.bias"].shape[0]
     names = list(labels) if labels is not None else [f"LABEL_{i}" for i in range(num_labels)]
+    if regression and model != "sequence_classification":
+      raise ValueError(f"regression=True needs model='sequence_classification', not {model!r}.")
     hf.update(hf_save._label_fields(  # pylint: disable=protected-access
-        num_labels, names, False, model == "sequence_classification"))
+        num_labels, names, regression, model == "sequence_classification"))
   directory = paths.resolve(path)  # local or gs://
   if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
     raise ValueError(f"{path} exists and is not an empty directory: the export writes a "

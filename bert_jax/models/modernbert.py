@@ -259,6 +259,21 @@ def pool(cfg: TransformerConfig, sequence: Array, input_mask: Array | None) -> A
   return (sequence * weights).sum(axis=1) / weights.sum(axis=1)
 
 
+def pool_slots(cfg: TransformerConfig, sequence: Array, starts: Array,
+               packed_segment_ids: Array) -> Array:
+  """Packed rows [batch, len, hidden] -> [batch * K, hidden], a vector per example slot
+  (tasks/finetune/packing.py; starts [batch, K] its first token, its tokens those of
+  segment k + 1): `pool` of each example alone, its first token or its tokens' mean."""
+  if cfg.pooling == "cls":
+    pooled = gather_positions(sequence, starts)                # [batch, K, hidden]
+  else:  # a one-hot matmul, HIGHEST: a selection must not round the states (TPU/GPU)
+    slots = jnp.arange(1, starts.shape[1] + 1)
+    member = (packed_segment_ids[:, None, :] == slots[None, :, None]).astype(sequence.dtype)
+    total = jnp.einsum("bkl,bld->bkd", member, sequence, precision=jax.lax.Precision.HIGHEST)
+    pooled = total / jnp.maximum(member.sum(-1), 1)[..., None]  # [batch, K, hidden]
+  return pooled.reshape(-1, sequence.shape[-1])
+
+
 def _classifier(cfg: TransformerConfig, num_labels: int) -> nn.Dense:
   # transformers' classifier always has a bias, and starts at std hidden^-0.5.
   return nn.Dense(num_labels, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
@@ -273,11 +288,21 @@ class ModernBertForSequenceClassification(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids: Array, input_mask: Array | None = None,
-               positions: Array | None = None) -> dict:
+               positions: Array | None = None, packed_segment_ids: Array | None = None,
+               example_starts: Array | None = None, segment_ids: Array | None = None) -> dict:
+    """Packed rows (positions, packed_segment_ids, example_starts [batch * K]): logits
+    [batch * K, num_labels], a row per slot (empty ones: any values, weight 0 in the
+    loss). segment_ids: the fine-tuning tasks' call, ignored (no token types)."""
+    del segment_ids
     cfg = self.config
-    seq = ModernBertModel(cfg, name="model")(input_ids, input_mask, positions)
-    x = ModernBertPredictionHead(cfg, name="head")(pool(cfg, seq["sequence_output"],
-                                                        input_mask))
+    seq = ModernBertModel(cfg, name="model")(input_ids, input_mask, positions,
+                                             packed_segment_ids)["sequence_output"]
+    if example_starts is None:
+      pooled = pool(cfg, seq, input_mask)                     # [batch, hidden]
+    else:
+      starts = example_starts.reshape(input_ids.shape[0], -1)  # [batch, K]
+      pooled = pool_slots(cfg, seq, starts, packed_segment_ids)
+    x = ModernBertPredictionHead(cfg, name="head")(pooled)
     x = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(x)
     return {"logits": _classifier(cfg, self.num_labels)(x).astype(jnp.float32)}
 
@@ -289,9 +314,13 @@ class ModernBertForTokenClassification(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids: Array, input_mask: Array | None = None,
-               positions: Array | None = None) -> dict:
+               positions: Array | None = None, packed_segment_ids: Array | None = None,
+               segment_ids: Array | None = None) -> dict:
+    """packed_segment_ids: packed rows; segment_ids: ignored (no token types)."""
+    del segment_ids
     cfg = self.config
-    seq = ModernBertModel(cfg, name="model")(input_ids, input_mask, positions)
+    seq = ModernBertModel(cfg, name="model")(input_ids, input_mask, positions,
+                                             packed_segment_ids)
     x = ModernBertPredictionHead(cfg, name="head")(seq["sequence_output"])
     x = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(x)
     return {"logits": _classifier(cfg, self.num_labels)(x).astype(jnp.float32)}

@@ -7,9 +7,9 @@ task's metric definitions over the whole eval split, in numpy). The task classes
 (classification/, ner/, squad/ task.py) add their data, loss and metrics; this
 file holds what they share:
 
-- the encoder: `init_from` (an HF BERT directory or one of our checkpoints) gives the
-  architecture, the tokenizer and the pretrained weights; without it, `config.model`
-  (a variant) and `config.data.vocab` build a model from scratch;
+- the encoder: `init_from` (an HF BERT or ModernBERT directory, or one of our
+  checkpoints) gives the architecture, the tokenizer and the pretrained weights; without
+  it, `config.model` (a variant) and `config.data.vocab` build one from scratch;
 - features: numpy arrays built once on the host, in memory (fine-tuning sets are small),
   served by a grain iterator whose state the checkpoints save (exact resume), with a
   fresh shuffle every epoch;
@@ -37,6 +37,7 @@ from bert_jax.runtime import paths
 from bert_jax.data import sampling
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.layers.param_layout import unrolled_to_scan
+from bert_jax.tasks.finetune import modernbert
 from bert_jax.tasks.finetune import packing
 from bert_jax.tasks.finetune import workdir_labels
 from bert_jax.train import losses
@@ -56,14 +57,13 @@ def _resolve_encoder(config: ml_collections.ConfigDict):
   `load_pretrained_params`, which the loop calls only when it does not resume.
   """
   from bert_jax.checkpoint import pretrained  # pylint: disable=g-import-not-at-top
-  from bert_jax.data.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
   path = config.get("init_from") or ""
   vocab = config.data.get("vocab") or ""
   run = {k: v for k, v in config.model.items() if k in RUN_FIELDS}
   if path:
     model_config, _, tokenizer = pretrained.load_encoder(path, with_params=False)
     if vocab:
-      tokenizer = load_tokenizer(vocab)
+      tokenizer = modernbert.load_vocab(vocab, model_config.family)
     if tokenizer is None:
       raise ValueError(f"init_from={path} has no tokenizer (vocab.txt / tokenizer.json); "
                        "set config.data.vocab to one.")
@@ -72,7 +72,7 @@ def _resolve_encoder(config: ml_collections.ConfigDict):
     raise ValueError("fine-tuning from scratch needs config.data.vocab (a vocab.txt, a "
                      "tokenizer.json or a directory); or set config.init_from to a "
                      "pretrained checkpoint (an HF BERT directory or one of our workdirs).")
-  return transformer_config(config), load_tokenizer(vocab)
+  return transformer_config(config), modernbert.load_vocab(vocab, config.model.get("family"))
 
 
 def labels_option(config) -> Optional[tuple]:
@@ -135,6 +135,7 @@ class FinetuneTask:
   def __init__(self, config: ml_collections.ConfigDict):
     self.config = config
     self.model_config, self.tokenizer = _resolve_encoder(config)
+    self.model_config = modernbert.run_config(self.model_config, config)  # its pooling
     self.tokenizer_dir = None  # set by prepare(): the workdir's copy of the tokenizer
     if self.tokenizer.get_vocab_size(with_added_tokens=True) > self.model_config.vocab_size:
       raise ValueError(f"the tokenizer has {self.tokenizer.get_vocab_size()} ids, more than "
@@ -276,8 +277,7 @@ class FinetuneTask:
 
   def predict_batches(self, features: dict, batch_size: int):
     if self.packing:  # predict.batch_size rows of packed inputs
-      return packing.eval_iterator(features, self.fields, self._plan(features), batch_size,
-                                   0, 1)
+      return packing.eval_iterator(features, self.fields, self._plan(features), batch_size, 0, 1)
     return self._batches(features, batch_size, 0, 1)
 
   def _batches(self, features: dict, batch_size: int, shard_index: int, shard_count: int):
@@ -310,6 +310,8 @@ class FinetuneTask:
 
   def load_pretrained_params(self, path: str, template):
     """The template (fresh head) with the pretrained encoder of `path` in place of `bert`."""
+    if modernbert.is_modernbert(self.model_config):  # under `model` (and `head`)
+      return modernbert.load_pretrained_params(path, template)
     from bert_jax.checkpoint import manager as checkpoint  # pylint: disable=g-import-not-at-top
     from bert_jax.checkpoint import pretrained
     _, params, _ = pretrained.load_encoder(path)
@@ -343,8 +345,7 @@ class FinetuneTask:
     return batch["example_weight"].astype(jnp.float32)
 
   def metric_sums(self, out, batch):
-    return {"loss": self.loss_parts(out, batch)["task"],
-            "weight": jnp.sum(self.row_weights(batch))}
+    return {"loss": self.loss_parts(out, batch)["task"], "weight": jnp.sum(self.row_weights(batch))}
 
   @staticmethod
   def metric_ratios(sums):

@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.models import heads
+from bert_jax.models.modernbert import ModernBertForSequenceClassification
 from bert_jax.tasks.finetune import metrics as metrics_lib
+from bert_jax.tasks.finetune import modernbert
 from bert_jax.tasks.finetune.base import FinetuneTask, Split, labels_option
 from bert_jax.tasks.finetune.classification import data
 from bert_jax.tasks.finetune.classification import features as featurize_lib
@@ -51,6 +53,8 @@ class ClassificationTask(FinetuneTask):
     super().__init__(config)
 
   def build_model(self, model_config):
+    if modernbert.is_modernbert(model_config):  # pools as model_config.pooling says
+      return ModernBertForSequenceClassification(model_config, self.num_labels)
     return heads.BertForSequenceClassification(model_config, self.num_labels,
                                                self.config.get("pooling", "cls"))
 
@@ -89,7 +93,9 @@ class ClassificationTask(FinetuneTask):
 
   def head_flops(self, seq_len):
     d = self.model_config.hidden_size
-    pooler = 2 * d * d if self.config.get("pooling", "cls") == "cls" else 0
+    # BERT's pooler on cls pooling; ModernBERT's head (dense) on either.
+    cls = self.config.get("pooling", "cls") == "cls"
+    pooler = 2 * d * d if cls or modernbert.is_modernbert(self.model_config) else 0
     return pooler + 2 * d * self.num_labels
 
   def loss_parts(self, out, batch):

@@ -1,11 +1,12 @@
 """Token classification (NER) featurization and mapping predictions back to words.
 
-Words are split into WordPiece sub-tokens; a word's tag goes on its FIRST sub-token
-and every other position gets label -100 and weight 0, so that the loss and the
-metrics count each word exactly once (the BERT paper's CoNLL-2003 setup). Sentences
-longer than `max_seq_length - 2` tokens are truncated and counted in the SkipLog; the
-cut words get no prediction, and `predictions_to_words` reports them as "O", so the
-entity metrics charge truncation as missed entities instead of hiding it.
+Words are split into sub-tokens (WordPiece, or byte-level BPE with each word's space as in
+the running sentence); a word's tag goes on its FIRST sub-token and every other position
+gets label -100 and weight 0, so that the loss and the metrics count each word exactly
+once (the BERT paper's CoNLL-2003 setup). Sentences longer than `max_seq_length - 2`
+tokens are truncated and counted in the SkipLog; the cut words get no prediction, and
+`predictions_to_words` reports them as "O", so the entity metrics charge truncation as
+missed entities instead of hiding it.
 
 Feature dict (N = kept sentences, L = max_seq_length):
   input_ids     int32   [N, L]  [CLS] sub-tokens [SEP] [PAD]...
@@ -111,9 +112,12 @@ def featurize_ner(
     usable.append(i)
     tag_ids.append(ids)
 
+  # Byte-level BPE (ModernBERT's) spells a word's leading space into its first token: the
+  # words after the first get theirs, so they split as in the sentence " ".join(words).
+  spaced = isinstance(tokenizer.pre_tokenizer, tokenizers.pre_tokenizers.ByteLevel)
   encodings = tokenizer.encode_batch(
-      [[str(w) for w in examples[i].words] for i in usable],
-      is_pretokenized=True, add_special_tokens=False)
+      [[" " + str(w) if spaced and j else str(w) for j, w in enumerate(examples[i].words)]
+       for i in usable], is_pretokenized=True, add_special_tokens=False)
 
   budget = max_seq_length - 2
   rows_ids, rows_labels, rows_words, num_words = [], [], [], []

@@ -11,7 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.models import heads
+from bert_jax.models.modernbert import ModernBertForTokenClassification
 from bert_jax.tasks.finetune import metrics as metrics_lib
+from bert_jax.tasks.finetune import modernbert
 from bert_jax.tasks.finetune.base import FinetuneTask, Split, labels_option
 from bert_jax.tasks.finetune.ner import data
 from bert_jax.tasks.finetune.ner import features as featurize_lib
@@ -53,6 +55,8 @@ class NerTask(FinetuneTask):
     super().__init__(config)
 
   def build_model(self, model_config):
+    if modernbert.is_modernbert(model_config):
+      return ModernBertForTokenClassification(model_config, len(self.label_list))
     return heads.BertForTokenClassification(model_config, len(self.label_list))
 
   def _read_file(self, config, path):
@@ -77,7 +81,9 @@ class NerTask(FinetuneTask):
     return features["labels"][features["label_weights"] > 0], len(self.label_list)
 
   def head_flops(self, seq_len):
-    return seq_len * 2 * self.model_config.hidden_size * len(self.label_list)
+    d = self.model_config.hidden_size
+    head = 2 * d * d if modernbert.is_modernbert(self.model_config) else 0  # its dense
+    return seq_len * (head + 2 * d * len(self.label_list))
 
   def row_weights(self, batch):  # [batch, len]: first sub-tokens of real rows
     if "packed_segment_ids" in batch:  # packed: label_weights is 0 off the examples

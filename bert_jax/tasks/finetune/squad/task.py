@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from bert_jax.data import buckets
 from bert_jax.models import heads
 from bert_jax.tasks.finetune import bucketed
+from bert_jax.tasks.finetune import modernbert
 from bert_jax.tasks.finetune.base import FinetuneTask, Split
 from bert_jax.tasks.finetune.squad import data
 from bert_jax.tasks.finetune.squad import features as featurize_lib
@@ -47,6 +48,7 @@ class SquadTask(FinetuneTask):
                        "(train batches whose rows are sorted by length together).")
 
   def build_model(self, model_config):
+    modernbert.refuse_squad(model_config)
     return heads.BertForQuestionAnswering(model_config)
 
   def read(self, split: Split):
