@@ -25,7 +25,8 @@ CASES = ([("bert_tiny", None), ("bert_tiny", "demo"), ("bert_base", None),
           ("word2vec", None), ("finetune_classification", None),
           ("finetune_classification", "file"), ("finetune_ner", None), ("finetune_ner", "file"),
           ("finetune_squad", None), ("finetune_squad", "v2.0"), ("finetune_squad", "file"),
-          ("gpt", None), ("gpt", "small"), ("gpt", "tiny,text"), ("gpt", "small,tfds")]
+          ("gpt", None), ("gpt", "small"), ("gpt", "tiny,text"), ("gpt", "small,tfds"),
+          ("modernbert", None)]  # base / large: test_modernbert_base_is_the_papers_recipe
          + [("finetune_classification", t) for t in sorted(GLUE_TASKS)]
          + [("translation", a) for a in (None, "numbers_gru", "file",
                                          "ted_hrlr_translate/pt_to_en",
@@ -118,3 +119,21 @@ def test_a_train_count_the_loop_cannot_run_is_one_error(name, key, value, expect
   with pytest.raises(ValueError) as info:
     loop.check_counts(train)
   assert str(info.value) == expected
+
+
+def test_modernbert_base_is_the_papers_recipe():
+  assert load("modernbert").get_config("variant=large").model.num_layers == 28
+  config = load("modernbert").get_config("base")
+  m, t = config.model, config.train
+  assert (m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim) == (22, 768, 12, 1152)
+  assert (m.local_window, m.global_every, m.vocab_multiple) == (128, 3, 64)
+  assert (t.optimizer, t.schedule, config.data.masked_lm_prob) == ("stable_adamw", "wsd", 0.3)
+  phases = [dict(p) for p in t.phases]
+  short, extension = phases[:-1], phases[-1]
+  assert [p["batch_size"] for p in short] == [768, 1536, 3072, 4608]
+  assert {p["rotary_base"] for p in short} == {10_000.0}
+  warmup_tokens = sum(p["fraction"] * t.num_steps * p["batch_size"] * 1024 for p in short[:-1])
+  assert abs(warmup_tokens - 50e9) / 50e9 < 0.01
+  assert (extension["max_seq_length"], extension["rotary_base"]) == (8192, 160_000.0)
+  assert extension["batch_size"] * 8192 == 4608 * 1024      # the same tokens a step
+  assert abs(sum(p["fraction"] for p in phases) - 1.0) < 1e-9
