@@ -79,8 +79,9 @@ def goals(runs: dict, ratios: dict) -> list[str]:
   return out
 
 
-def picture(runs: dict, path: str, title: str) -> None:
-  """Held-out accuracy against training seconds, one curve per run, saved as PNG."""
+def picture(runs: dict, path: str, title: str, marks: Sequence[float] = MARKS_S) -> None:
+  """Held-out accuracy against training seconds, one curve per run, saved as PNG; a
+  vertical line at each of `marks` (a shorter budget's own, so its axis is not stretched)."""
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
@@ -95,7 +96,7 @@ def picture(runs: dict, path: str, title: str) -> None:
     ax.axhline(target, color="gray", linestyle=":", linewidth=1)
     ax.annotate("tuned transformers, final", (0, target), textcoords="offset points",
                 xytext=(4, 4), color="gray", fontsize=8)
-  for m in MARKS_S:
+  for m in marks:
     ax.axvline(m, color="lightgray", linewidth=0.8, zorder=0)
   ax.set_xlabel("training wall clock (s), evaluation paused out")
   ax.set_ylabel("held-out masked-token accuracy (top-1)")

@@ -12,7 +12,9 @@ import time
 import bench_util
 import scorer as ttq_scorer
 
-CONFIGS = {"bert": "configs/bert_tiny.py:bert", "demo": "configs/bert_tiny.py:demo"}
+# modernbert: configs/modernbert.py:tiny on :demo's data (modernbert_demo.py).
+CONFIGS = {"bert": "configs/bert_tiny.py:bert", "demo": "configs/bert_tiny.py:demo",
+           "modernbert": "configs/modernbert.py:tiny"}
 BASE_DIMS = {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "mlp_dim": 3072}
 TUNED = {"warmup_ratio": 0.06, "per_device_train_batch_size": 32, "fit_steps": True}
 STAGES = ("tune", "runs", "base")
@@ -24,7 +26,7 @@ LABELS = {"hf_defaults": "transformers run_mlm defaults (lr 5e-5, batch 8)",
 
 # ------------------------------------------------------------------------------ data
 def prepare(name: str, data_dir: str):
-  """(config, PreparedData) of a bert_tiny variant, prepared (or read from the cache)."""
+  """(config, PreparedData) of a CONFIGS entry, prepared (or read from the cache)."""
   import ours_worker as ttq_ours_worker  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks.pretraining import PretrainingTask  # pylint: disable=g-import-not-at-top
   config = ttq_ours_worker.load_config(os.path.join(bench_util.ROOT, CONFIGS[name]),
