@@ -173,13 +173,15 @@ def iterate(cfg, ds, num_workers: Optional[int]):
 def make_train_iterator(cfg, prepared: PreparedData, batch_size_per_process: int,
                         seed: Optional[int] = None, shard_index: Optional[int] = None,
                         shard_count: Optional[int] = None,
-                        num_workers: Optional[int] = None) -> grain.DatasetIterator:
+                        num_workers: Optional[int] = None,
+                        start: int = 0) -> grain.DatasetIterator:
   """Infinite iterator of train batches (dicts, see BATCH_KEYS) for this process.
 
   Args:
     seed: shuffle and mask seed (default cfg.seed).
     shard_index, shard_count: this process's place; default jax.process_index/count.
     num_workers: grain worker processes (default cfg.num_workers).
+    start: the global stream position of the first batch (sampling.TrainKeys).
 
   Returns:
     A grain DatasetIterator: `next()`, `get_state()`, `set_state()`.
@@ -192,7 +194,8 @@ def make_train_iterator(cfg, prepared: PreparedData, batch_size_per_process: int
     raise ValueError(f"{n} train instances cannot fill one batch of "
                      f"{batch_size_per_process} on each of {shard_count} processes.")
   ds = grain.MapDataset.range(sys.maxsize)  # batch numbers: an endless stream of epochs
-  ds = ds.map(sampling.TrainKeys(n, batch_size_per_process, shard_index, shard_count, seed))
+  ds = ds.map(sampling.TrainKeys(n, batch_size_per_process, shard_index, shard_count, seed,
+                                 start))
   ds = ds.map(BatchMaker(source, make_masker(cfg, prepared, seed), cfg.max_seq_length,
                          prepared.special.pad, cfg.mode == "nsp"))
   return iterate(cfg, ds, num_workers)

@@ -217,15 +217,18 @@ class TrainKeys:
   Global stream position k holds instance permute(k mod n) of epoch k // n; process p of
   S takes positions p, p + S, ... Grain's per-example shuffle/slice/batch chain costs
   ~40 us an example in Python, more than reading and masking it: this is one numpy pass.
+  `start`: the stream's first global position (a later stage of a batch warmup goes on
+  where the earlier ones, at other batch sizes, stopped: train/phases.stream_start).
   """
 
-  def __init__(self, n: int, batch_size: int, shard_index: int, shard_count: int, seed: int):
+  def __init__(self, n: int, batch_size: int, shard_index: int, shard_count: int, seed: int,
+               start: int = 0):
     self.n, self.batch_size, self.seed = n, batch_size, seed
-    self.shard_index, self.shard_count = shard_index, shard_count
+    self.shard_index, self.shard_count, self.start = shard_index, shard_count, start
 
   def __call__(self, j: int) -> np.ndarray:
     pos = (j * self.batch_size + np.arange(self.batch_size)) * self.shard_count
-    pos += self.shard_index  # [B] global stream positions
+    pos += self.shard_index + self.start  # [B] global stream positions
     epoch = pos // self.n
     # A key per epoch (index 2^64 - 1, which no example has): a fresh order every epoch.
     key = example_keys(self.seed, epoch, np.full(len(pos), 2**64 - 1, np.uint64))

@@ -25,7 +25,10 @@ from bert_jax.train.defaults import transformer_config
 _SIZE_FIELDS = (("num_layers", "num_layers"), ("hidden_size", "hidden_size"),
                 ("num_heads", "num_heads"), ("head_dim", "d_head"), ("mlp_dim", "d_mlp"),
                 ("vocab_size", "vocab_size"), ("max_len", "max_len"),
-                ("type_vocab_size", "type_vocab_size"))
+                ("type_vocab_size", "type_vocab_size"),
+                # Same shapes, another model: the family and its attention pattern.
+                ("family", "family"), ("local_window", "local_window"),
+                ("global_every", "global_every"))
 # TransformerConfig fields a phase may set for its own steps: the same params, another
 # recomputation (remat_policy) or RoPE (rotary_base: ModernBERT's context extension).
 PHASE_MODEL_FIELDS = ("remat_policy", "rotary_base")
@@ -103,6 +106,8 @@ class PretrainingTask:
     for i, phase in enumerate(self.config.train.get("phases") or [{}]):
       phase = dict(phase)
       cfg = self.phase_data_config(phase)
+      if cfg.max_seq_length in self._prepared:  # a batch warmup's stages: one length's rows
+        continue
       # The key names the call, not the config: host-local fields (cache_dir) may differ.
       self._prepared[cfg.max_seq_length] = hosts.prepare_once(
           f"bert/phase{i}/seq{cfg.max_seq_length}",
@@ -125,7 +130,8 @@ class PretrainingTask:
     from bert_jax.data import loader  # pylint: disable=g-import-not-at-top
     cfg = self.phase_data_config(phase)
     return loader.make_train_iterator(cfg, self._prepared[cfg.max_seq_length], batch_size,
-                                      seed, shard_index, shard_count)
+                                      seed, shard_index, shard_count,
+                                      start=int(phase.get("stream_start", 0)))
 
   def eval_iterator(self, phase: dict, batch_size: int, shard_index: int, shard_count: int):
     from bert_jax.data import loader  # pylint: disable=g-import-not-at-top

@@ -90,10 +90,16 @@ def jit_steps(task, tx, schedule, tc, state_sh, mesh):
   return p_train, p_eval
 
 
+def _with_start(phase: dict, start: int) -> dict:
+  """The phase as its task's train_iterator gets it: `stream_start`, where in its data
+  its stream begins (phases_lib.stream_start), when it is not the beginning."""
+  return dict(phase, stream_start=start) if start else phase
+
+
 def _meta(config, task, phase: int) -> dict:
   import dataclasses  # pylint: disable=g-import-not-at-top
   return {"task": task.name, "phase": phase, "config": config.to_dict(),
-          "model_config": dataclasses.asdict(task.model_config),
+          "model_config": dataclasses.asdict(phases_lib.served_model(config, task, phase)),
           "tokenizer_dir": task.tokenizer_dir}
 
 
@@ -221,8 +227,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
   plan = _phase_plan(config, total_steps)
   # Rows this process loads in phase i (each phase may set its own global batch size).
   host_batch = lambda i: phases_lib.batch_size(tc, plan[i][2]) // nshards
-  train_iterator = lambda i: task.train_iterator(plan[i][2], host_batch(i), shard, nshards,
-                                                 config.seed)
+  length_of = lambda ph: task.phase_shapes(ph)["seq_len"]
+  start_of = lambda i: phases_lib.stream_start(tc, plan, i, length_of)
+  eval_batch = lambda i: phases_lib.eval_batch_size(tc, plan, i, length_of) // nshards
+  train_iterator = lambda i: task.train_iterator(_with_start(plan[i][2], start_of(i)),
+                                                 host_batch(i), shard, nshards, config.seed)
 
   to_global = functools.partial(parallel.host_to_global, mesh=mesh, shards=shards)
 
@@ -268,7 +277,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
     writer.wandb = wandb_run.start(config, workdir)
   phase = _phase_of(plan, start_step)
   if eval_every:  # fail now, not after hours of training, if there is nothing to eval on
-    task.eval_iterator(plan[phase][2], host_batch(phase), shard, nshards)
+    task.eval_iterator(plan[phase][2], eval_batch(phase), shard, nshards)
 
   # --------------------------------------------------- (4) compile steps
   p_train, p_eval = jit_steps(task, tx, schedule, tc, state_sh, mesh)
@@ -350,7 +359,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, task) ->
       scored_now = False
       if eval_every and (step % eval_every == 0 or step == total_steps):
         # At the phase's batch size: what fits at its length (eval_steps counts batches).
-        eval_iter = task.eval_iterator(plan[phase][2], host_batch(phase), shard, nshards)
+        eval_iter = task.eval_iterator(plan[phase][2], eval_batch(phase), shard, nshards)
         last_eval = evaluate(p_eval, task, state.params, eval_iter, tc.eval_steps, to_global)
         scored_now = bool(last_eval)
         if last_eval:

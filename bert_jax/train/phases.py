@@ -17,6 +17,10 @@ import ml_collections
 
 # The phase keys the loop reads; a task adds its own (tasks/pretraining.py PHASE_KEYS).
 LOOP_KEYS = ("fraction", "batch_size")
+# Model fields a phase may change that change what its params compute (a context
+# extension's RoPE theta): its checkpoints record the phase's value, so that export and
+# loading serve the model that was trained, not config.model's.
+SERVED_FIELDS = ("rotary_base",)
 
 
 def plan(config: ml_collections.ConfigDict, total_steps: int) -> list[tuple[int, int, dict]]:
@@ -44,6 +48,32 @@ def batch_size(tc: ml_collections.ConfigDict, phase: dict) -> int:
   return int(phase.get("batch_size", tc.batch_size))
 
 
+def served_model(config: ml_collections.ConfigDict, task, phase: int):
+  """The task's model config as phase `phase` trains it (SERVED_FIELDS it sets)."""
+  phases = [dict(p) for p in config.train.get("phases") or ()]
+  fields = phases[phase] if 0 <= phase < len(phases) else {}
+  changes = {k: fields[k] for k in SERVED_FIELDS if k in fields}
+  return task.model_config.replace(**changes) if changes else task.model_config
+
+
+def stream_start(tc: ml_collections.ConfigDict, steps_plan, i: int, length_of) -> int:
+  """Examples that the phases before phase i reading the same data (the same
+  length_of(phase), the task's sequence length) took from it: phase i's stream starts
+  there, so a batch warmup's stages go on through the data instead of each reading its
+  beginning again. A phase of another length reads other rows: its stream starts at 0."""
+  length = length_of(steps_plan[i][2])
+  return sum((end - start) * batch_size(tc, ph) for start, end, ph in steps_plan[:i]
+             if length_of(ph) == length)
+
+
+def eval_batch_size(tc: ml_collections.ConfigDict, steps_plan, i: int, length_of) -> int:
+  """The global batch of phase i's evaluations: the largest of the phases of its length,
+  so every stage of a batch warmup scores the same examples (train.eval_steps counts
+  batches) and its metrics compare; an eval step holds no gradients, so it fits."""
+  length = length_of(steps_plan[i][2])
+  return max(batch_size(tc, ph) for _, _, ph in steps_plan if length_of(ph) == length)
+
+
 def check(tc: ml_collections.ConfigDict, data_parallel: int, mesh_shape) -> None:
   """One ValueError naming the field, before any data is prepared: train.batch_size or a
   phase's batch_size that is not a positive multiple of the data-parallel devices (each
@@ -52,11 +82,15 @@ def check(tc: ml_collections.ConfigDict, data_parallel: int, mesh_shape) -> None
   phases = [dict(p) for p in tc.get("phases") or ()]
   sizes += [(f"train.phases[{i}].batch_size", p["batch_size"])
             for i, p in enumerate(phases) if "batch_size" in p]
+  accum = int(tc.get("grad_accum_steps") or 1)
   for name, size in sizes:
     if not isinstance(size, int) or size <= 0 or size % data_parallel:
       raise ValueError(f"{name}={size!r} must be a positive multiple of the {data_parallel} "
                        f"data-parallel devices (config.mesh_shape resolved to "
                        f"{tuple(mesh_shape)}).")
+    if size % accum:  # else found when the phase's step is first traced (train/steps.py)
+      raise ValueError(f"{name}={size} does not split into train.grad_accum_steps={accum} "
+                       "microbatches.")
   for i, p in enumerate(phases[:-1]):  # the last phase takes the rest: its own is unused
     f = p.get("fraction")
     if not isinstance(f, (int, float)) or not 0 <= f <= 1:

@@ -5,9 +5,12 @@ import os
 import shutil
 
 import ml_collections
+import numpy as np
 import pytest
 
 from bert_jax.checkpoint import manager as ckpt_lib
+from bert_jax.checkpoint import read
+from bert_jax.data import sampling
 from bert_jax.tasks import registry
 from bert_jax.train import loop, phases
 from bert_jax.train.defaults import model_config
@@ -16,6 +19,25 @@ from tests.train.test_loop_paths import paths_config
 
 def _config(**train) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(train=dict(dict(batch_size=32, phases=()), **train)))
+
+
+def test_a_stage_goes_on_through_the_data_where_the_stages_before_it_stopped():
+  """Stages of one length read one stream: 3 steps at 8 rows, then 16-row steps from
+  example 24 on, the examples 8-row steps 3 and 4 would have read (never the first ones
+  again); a phase of another length starts its own stream; eval batches are one size per
+  length."""
+  plan = phases.plan(_config(batch_size=16, phases=(
+      dict(fraction=0.3, batch_size=8, max_seq_length=64), dict(fraction=0.2, max_seq_length=64),
+      dict(fraction=0.5, batch_size=4, max_seq_length=128))), 10)
+  length = lambda ph: ph["max_seq_length"]
+  tc = _config(batch_size=16).train
+  assert [phases.stream_start(tc, plan, i, length) for i in range(3)] == [0, 24, 0]
+  assert [phases.eval_batch_size(tc, plan, i, length) for i in range(3)] == [16, 16, 4]
+  small = sampling.TrainKeys(1000, 8, 0, 1, seed=0)
+  big = sampling.TrainKeys(1000, 16, 0, 1, seed=0, start=24)
+  np.testing.assert_array_equal(big(0), np.concatenate([small(3), small(4)]))
+  seen = np.concatenate([small(j) for j in range(3)])[:, 1]
+  assert not set(seen) & set(big(0)[:, 1])
 
 
 def test_warmup_stages_share_the_tokens_and_the_rest_runs_the_full_batch():
@@ -168,6 +190,10 @@ def test_a_modernbert_context_extension_switches_theta_and_resumes_exactly(
   assert {s: r["perf/tokens_per_sec"] / r["perf/seq_per_sec"] for s, r in ref.items()} == {
       1: pytest.approx(64), 2: pytest.approx(64), 3: pytest.approx(128), 4: pytest.approx(128)}
   assert _data_position(ref_dir, 3) == 1  # phase 1's stream, one batch in
+  # A checkpoint records the theta its phase trained with: export and loading serve that.
+  thetas = {s: read.read_meta(os.path.join(ref_dir, "checkpoints", str(s)))["model_config"][
+      "rotary_base"] for s in (2, 4)}
+  assert thetas == {2: 10_000.0, 4: 160_000.0}
   # From the end of phase 0 (phase 1 starts its own stream) and from inside phase 1 (its
   # saved stream position restored).
   for start in (2, 3):
