@@ -128,6 +128,9 @@ def test_modernbert_base_is_the_papers_recipe():
   assert (m.num_layers, m.hidden_size, m.num_heads, m.mlp_dim) == (22, 768, 12, 1152)
   assert (m.local_window, m.global_every, m.vocab_multiple) == (128, 3, 64)
   assert (t.optimizer, t.schedule, config.data.masked_lm_prob) == ("stable_adamw", "wsd", 0.3)
+  # Decay fully decoupled from the rate (optimi's decouple_lr): optax's λ·lr_t = 1e-5 at peak.
+  assert abs(t.weight_decay * t.learning_rate - 1e-5) < 1e-12
+  assert t.warmup_steps * 768 * 1024 == pytest.approx(3e9, rel=1e-3)   # 3B tokens
   phases = [dict(p) for p in t.phases]
   short, extension = phases[:-1], phases[-1]
   assert [p["batch_size"] for p in short] == [768, 1536, 3072, 4608]
