@@ -70,7 +70,11 @@ def _forward(params, ids, positions, segments, *, config: TransformerConfig,
       {"params": params}, ids, (segments > 0).astype(jnp.int32), positions=positions,
       packed_segment_ids=segments, output_hidden_states=want_hidden)
   if want_hidden:
-    picked = [out["hidden_states"][i] for i in layers]     # each [rows, len, hidden]
+    # The last layer is always the model's output: ModernBERT's after its final norm
+    # (transformers' last_hidden_state), whichever other layers are picked with it.
+    last = config.num_layers if config.family == "modernbert" else None
+    picked = [out["sequence_output"] if i % (config.num_layers + 1) == last
+              else out["hidden_states"][i] for i in layers]    # each [rows, len, hidden]
     x = (jnp.concatenate(picked, axis=-1) if combine == "concat"
          else jnp.mean(jnp.stack(picked), axis=0))
   else:

@@ -256,7 +256,7 @@ def pool(cfg: TransformerConfig, sequence: Array, input_mask: Array | None) -> A
   if input_mask is None:
     return sequence.mean(axis=1)
   weights = input_mask.astype(sequence.dtype)[..., None]
-  return (sequence * weights).sum(axis=1) / weights.sum(axis=1)
+  return (sequence * weights).sum(axis=1) / jnp.maximum(weights.sum(axis=1), 1)  # a pad row
 
 
 def pool_slots(cfg: TransformerConfig, sequence: Array, starts: Array,

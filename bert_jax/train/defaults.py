@@ -173,7 +173,11 @@ def transformer_config(config: ml_collections.ConfigDict, platform: str | None =
       overrides[name] = None
   if overrides.get("vocab_multiple") == 0:
     overrides["vocab_multiple"] = vocab_multiple(config)
-  return for_platform(get_model_config(config.model.variant, **overrides), platform)
+  cfg = get_model_config(config.model.variant, **overrides)
+  if cfg.family == "bert" and cfg.local_window:  # BERT's models would ignore it
+    raise ValueError(f"model.local_window={cfg.local_window} is ModernBERT's sliding window "
+                     "(model.family='modernbert'); BERT's layers are all global: set it to 0.")
+  return for_platform(cfg, platform)
 
 
 # Token-table rows are padded to a multiple of this times the tensor axis (MaxText's

@@ -241,6 +241,13 @@ def test_bert_jax_load_encode_and_fill_mask(ref):
   gap = max(abs(p - probs[i]) for (_, p), i in zip(best, top))
   assert gap < 1e-5, f"fill-mask probabilities: max abs error {gap:.2e}"
   print(f"encode: max abs error {err:.2e}; fill-mask probabilities {gap:.2e}")
+  # Layer -1 is the output after the final norm whether or not other layers come with it.
+  from bert_jax.inference import encode as encode_lib  # pylint: disable=g-import-not-at-top
+  ids = [np.asarray(model.tokenizer.encode(str(t)).ids) for t in ref["encode_texts"]]
+  last = encode_lib.run_model(model.config, model.params, ids, layers=(-1,))
+  both = encode_lib.run_model(model.config, model.params, ids, layers=(-1, 0))
+  for a, b in zip(last, both):
+    np.testing.assert_allclose(b[:a.shape[-1]], a, atol=1e-6)
 
 
 def test_a_classifier_dir_encodes_but_has_no_mlm_head(tmp_path):

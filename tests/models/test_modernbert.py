@@ -76,6 +76,19 @@ def test_a_local_layer_sees_only_its_window_and_a_global_one_everything():
       assert near > 1e-3
 
 
+def test_the_window_is_four_each_side_exactly():
+  """local_window 8: query 5 sees key 9 (distance 4) but not key 10 (distance 5)."""
+  x = jax.random.normal(jax.random.PRNGKey(1), (1, LEN, 32))
+  positions = jnp.arange(LEN)[None]
+  mask = masks.row_mask(jnp.ones((1, LEN), jnp.int32))
+  attn = mb.ModernBertAttention(CFG, local=True)
+  params = attn.init(jax.random.PRNGKey(2), x, mask, positions)
+  base = attn.apply(params, x, mask, positions)[0, 5]
+  moved = {k: np.abs(np.asarray(attn.apply(params, x.at[:, k].add(1.0), mask, positions)[0, 5]
+                                - base)).max() for k in (1, 9, 10)}
+  assert moved[1] > 1e-4 and moved[9] > 1e-4 and moved[10] == 0.0, moved
+
+
 def test_the_mlp_is_geglu():
   x = jax.random.normal(jax.random.PRNGKey(3), (2, 5, 32))
   mlp = mb.ModernBertMLP(CFG)

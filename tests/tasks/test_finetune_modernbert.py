@@ -225,10 +225,9 @@ def test_ner_trains_on_packed_rows_and_its_export_gives_our_logits(ner_file, tmp
   task = registry.get_task(c)
   assert task.packing and isinstance(task.model, ModernBertForTokenClassification)
   work = str(tmp_path / "run")
-  result = loop.train_and_evaluate(c, work, task)
+  loop.train_and_evaluate(c, work, task)
   losses = _train_losses(work)
   assert losses[-1] < losses[0], losses
-  assert 0.0 <= result["eval/f1"] <= 1.0
   out = str(tmp_path / "hf")
   assert export.export(work, out, "latest")[0] == "ModernBertForTokenClassification"
   _, params, _ = checkpoint.load_params_for_inference(work)
