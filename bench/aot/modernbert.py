@@ -32,6 +32,8 @@ from bert_jax.train import defaults  # noqa: E402
 import results_io  # noqa: E402
 
 GIB = 2 ** 30
+KINDS_NOTE = ("8 global and 14 local layers: each kernel's forward and backward, and with "
+              "remat full its recomputed forward")
 # case -> (sequence length, topology, remat policy, first batch)
 CASES = {
     "base_s1024_v5e": (1024, "v5e:2x2", "none", 32),
@@ -97,7 +99,7 @@ def run_case(case: str) -> dict:
     raise SystemExit(f"{case}: not one row per chip fits on {topology}")
   best = fitting[-1]
   step, mem = tried[best]
-  kinds = splash.splash_windows_in_hlo(step.hlo_text or "")
+  kinds = splash.splash_windows_in_hlo(step.hlo_text) if step.hlo_text else None
   figures = [
       results_io.figure("largest global batch that fits (power of two)", best, "rows"),
       results_io.figure("HBM per chip at that batch", round(mem["total"] / GIB, 2), "GiB",
@@ -107,8 +109,9 @@ def run_case(case: str) -> dict:
       results_io.figure("compile time at that batch", round(step.seconds, 1), "s",
                         "lower + compile, on this machine"),
       results_io.figure("splash kernel calls, global / local window 64",
-                        f"{kinds.get(0, 0)} / {kinds.get(64, 0)}", "",
-                        "forward + backward: 8 global and 14 local layers"),
+                        f"{kinds.get(0, 0)} / {kinds.get(64, 0)}" if kinds is not None
+                        else "unknown", "", KINDS_NOTE if kinds is not None else
+                        f"XLA could not print this program's HLO: {step.hlo_error[:120]}"),
   ]
   for b in sorted(tried):
     m = tried[b][1]

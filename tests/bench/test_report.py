@@ -104,8 +104,9 @@ def test_check_passes_on_the_committed_page():
   assert out.returncode == 0, out.stdout + out.stderr
   with open(os.path.join(BENCH, "RESULTS.md"), encoding="utf-8") as f:
     assert f.read() == report.render()
-  # A page one reads: 300 lines, plus the TPU cost suite's three cases (issue 65).
-  assert len(report.render().splitlines()) <= 330
+  # A page one reads: 300 lines, plus the TPU cost suite's five cases (issue 65) and
+  # ModernBERT's AOT and demo sections (issue 64).
+  assert len(report.render().splitlines()) <= 400
 
 
 def test_check_fails_when_a_result_changes_and_write_makes_it_pass(tmp_path):
