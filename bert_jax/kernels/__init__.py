@@ -14,7 +14,7 @@ reference, which materializes the scores and the mask (splash, cuDNN and XLA's p
 no dropout). The run's start-up line names each phase's path and why (describe_phases),
 so "auto" never loses a kernel silently. Conventions as in reference.py: q/k/v [batch,
 len, heads, d], masks True where attention is allowed (bools or a masks.SegmentMask).
-A SegmentMask's sliding window (kernels/window.py) reaches every path (cuDNN: causal).
+A SegmentMask's sliding window (kernels/window.py) reaches every path (cudnn.py: how).
 """
 from __future__ import annotations
 

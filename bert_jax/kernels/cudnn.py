@@ -18,10 +18,13 @@ natively (`arguments`):
   with an exported gradient, still far less than the XLA path's float32 [batch, heads,
   q_len, kv_len] scores; causal stays the mask type even then.
 - a bias only where the model has one (relative positions);
-- a sliding window (SegmentMask.window w) -> local_window_size, cuDNN's sliding window, only
-  with causal: (w, 0). jax 0.10.2 raises on a right window when not causal (cuDNN takes a
-  left window only), so a two-sided window (|i - j| <= w, ModernBERT's local layers) is
-  `unsupported`: "auto" takes XLA there, with the band as a dense mask.
+- a sliding window (SegmentMask.window w): causal -> local_window_size (w, 0), cuDNN's
+  sliding window (blocks outside it skipped). jax 0.10.2 raises on a right window when
+  not causal (cuDNN takes a left window only), so a two-sided window (|i - j| <= w,
+  ModernBERT's local layers) goes in as packed rows do, the band (with the row's padding
+  and segments) as a dense mask: still the fused kernel, whose [batch, 1, q_len, kv_len]
+  bias read and gradient write are far less than XLA's [batch, heads, q_len, kv_len]
+  float32 scores, but no block is skipped.
 
 Attention dropout: the public function has none (the private one takes a static Python
 seed, so the same dropout pattern every step unless XLA varies it, which nothing here can
@@ -83,11 +86,8 @@ def unsupported(query, value, bias, mask, dropout_active: bool, dtype,
   if capability is not None and capability < MIN_CAPABILITY:
     return (f"compute capability {capability[0]}.{capability[1]} is below cuDNN flash "
             f"attention's {MIN_CAPABILITY[0]}.{MIN_CAPABILITY[1]} (Ampere)")
-  if isinstance(mask, masks_lib.SegmentMask) and mask.window and not mask.causal:
-    return (f"jax 0.10.2's cuDNN attention has no two-sided local window (|i - j| <= "
-            f"{mask.window}): cuDNN's sliding window is causal only")
   dense = mask is not None and not (isinstance(mask, masks_lib.SegmentMask)
-                                    and mask.q_ids is None)
+                                    and mask.q_ids is None and not _two_sided(mask))
   if (bias is not None or dense) and (query.shape[1] % 2 or value.shape[1] % 2):
     # jax: training with a bias (a dense mask is one) needs even lengths.
     return f"with a bias or packed rows the lengths must be even, got {query.shape[1]}"
@@ -112,6 +112,8 @@ def arguments(mask, q_len: int, kv_len: int) -> dict:
     return {}
   if not isinstance(mask, masks_lib.SegmentMask):
     return {"mask": mask}
+  if _two_sided(mask):  # the band, padding and segments as bools (see top)
+    return {"mask": mask.dense(q_len, kv_len)}
   args = {"is_causal": True} if mask.causal else {}
   if mask.window:
     args["local_window_size"] = (mask.window, 0 if mask.causal else mask.window)
@@ -124,6 +126,10 @@ def arguments(mask, q_len: int, kv_len: int) -> dict:
   # Packed rows: the block-diagonal mask as bools; causality stays the mask type.
   args["mask"] = masks_lib.segment_mask(mask.q_ids, mask.kv_ids)     # [batch, 1, q, kv]
   return args
+
+
+def _two_sided(mask) -> bool:
+  return isinstance(mask, masks_lib.SegmentMask) and bool(mask.window) and not mask.causal
 
 
 def attention(query: Array, key: Array, value: Array, bias: Array | None, mask,

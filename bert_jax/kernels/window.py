@@ -1,7 +1,7 @@
 """Sliding-window attention as a mask: what a local layer (ModernBERT's) passes to
 kernels.attention. Every path takes it: the reference and XLA as the dense band
-(SegmentMask.dense), splash as its LocalMask, flash_dropout in the kernel, cuDNN causal
-only (kernels/cudnn.py says why).
+(SegmentMask.dense), splash as its LocalMask, flash_dropout in the kernel, cuDNN as its
+sliding window when causal, else as a dense band mask (kernels/cudnn.py says why).
 
 The window is on positions in the row: query i may attend key j when |i - j| <= w (and
 the rest of the mask allows it). In packed rows the documents are contiguous, so that is

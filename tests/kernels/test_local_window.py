@@ -155,10 +155,11 @@ def _cuda_text(fn, *args):
   return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
 
 
-def test_cudnn_takes_a_causal_window_and_refuses_a_two_sided_one(lowers_for_cuda):
+def test_cudnn_takes_a_causal_window_and_a_two_sided_one_as_a_dense_band(lowers_for_cuda):
   """cuDNN lowered for cuda on this CPU machine (no GPU result is checked here): a causal
-  window is its sliding_window_length W + 1 ((i - W - 1, i]); a two-sided one is
-  unsupported, so "auto" on a GPU takes XLA and "cudnn" raises."""
+  window is its sliding_window_length W + 1 ((i - W - 1, i]); a two-sided one (which
+  jax's cuDNN sliding window cannot express) is the fused kernel with the band as its
+  mask, for "auto" on a GPU as for "cudnn"."""
   q, k, v = _qkv(5, jnp.bfloat16)
   causal = window_lib.with_window(masks.SegmentMask(causal=True), W)
   on_gpu = lambda mask, impl: parallel.with_trace_platform("gpu", _impl(mask, impl,
@@ -167,17 +168,18 @@ def test_cudnn_takes_a_causal_window_and_refuses_a_two_sided_one(lowers_for_cuda
   assert "__cudnn$fmha" in text
   assert re.findall(r"sliding_window_length\\22: (\d+)", text) == [str(W + 1)]
   two_sided = window_lib.with_window(None, W)
-  assert "two-sided local window" in cudnn.unsupported(q, v, None, two_sided, False,
-                                                       jnp.bfloat16, (9, 0))
-  assert "__cudnn$fmha" not in _cuda_text(on_gpu(two_sided, "auto"), q, k, v)
-  with pytest.raises(ValueError, match="attention_impl='cudnn'.*two-sided local window"):
-    on_gpu(two_sided, "cudnn")(q, k, v)
+  assert cudnn.unsupported(q, v, None, two_sided, False, jnp.bfloat16, (9, 0)) == ""
+  for impl in ("auto", "cudnn"):
+    text = _cuda_text(on_gpu(two_sided, impl), q, k, v)
+    assert "__cudnn$fmha" in text, impl
+    assert set(re.findall(r"sliding_window_length\\22: (\d+)", text)) == {"0"}, impl
+    assert "tensor<2x1x300x300xbf16>" in text, impl   # the band, as the kernel's bias
 
 
 def test_cudnn_arguments_mean_the_window():
   """jax's XLA path given cudnn.arguments(mask) == the reference, causal and not."""
   q, k, v = _qkv(6)
-  for name in ("padding", "causal_packed"):
+  for name in ("padding", "packed", "causal_packed"):
     mask, _, real = _case(name)
     got = jax.nn.dot_product_attention(q, k, v, implementation="xla",
                                        **cudnn.arguments(mask, L, L))
@@ -192,12 +194,12 @@ def test_the_start_up_line_names_the_local_window(monkeypatch):
   mesh = parallel.create_mesh((-1, 1, 1))
   assert kernels.describe_path(cfg, 8, 512, mesh, "tpu", window=64) == (
       "splash (fused, local window 64)")
-  assert kernels.describe_path(cfg, 8, 512, platform="gpu", window=64).startswith(
-      "xla (local window 64), not cudnn: jax 0.10.2's cuDNN attention has no two-sided")
+  assert kernels.describe_path(cfg, 8, 512, platform="gpu", window=64) == (
+      "cudnn (fused, local window 64)")
   monkeypatch.setattr(tracing, "trace_platform", lambda: "gpu")
   line = kernels.describe_phases(cfg, 8, [128, 512], window=64)
-  assert "\n" not in line and line.startswith(
-      "attention: S128 cudnn (fused); xla (local window 64), not cudnn: ")
+  assert line == ("attention: S128 cudnn (fused); cudnn (fused, local window 64) | "
+                  "S512 cudnn (fused); cudnn (fused, local window 64)")
   assert kernels.describe_phases(cfg, 8, [512]) == "attention: S512 cudnn (fused)"
 
 
