@@ -17,6 +17,7 @@ from bert_jax.hardware import chips
 from bert_jax.runtime import parallel
 from bert_jax.aot import hlo
 from bert_jax.train import loop, optim
+from bert_jax.train import phases as phases_lib
 
 
 @dataclasses.dataclass
@@ -58,10 +59,8 @@ def setup(config: ml_collections.ConfigDict, topology: str, task) -> Setup:
   chip, devices = chips.topology_devices(topology)
   mesh = parallel.create_mesh(tuple(config.mesh_shape), devices=devices)
   tc = config.train
-  if tc.batch_size % parallel.data_parallel_size(mesh):
-    raise ValueError(f"train.batch_size={tc.batch_size} must divide over the "
-                     f"{parallel.data_parallel_size(mesh)} data-parallel devices of "
-                     f"mesh {dict(mesh.shape)}.")
+  # The loop's own checks (every phase's batch size, fractions), as one line each.
+  phases_lib.check(tc, parallel.data_parallel_size(mesh), mesh.shape.values())
   # The schedule's length only changes constants inside the step, not its shapes.
   tx, schedule = optim.make_optimizer(tc, max(int(tc.get("num_steps") or 0), 1))
   dummy = task.dummy_batch(tc.batch_size, **task.phase_shapes(phases(config)[0]))

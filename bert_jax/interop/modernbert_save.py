@@ -20,6 +20,7 @@ from bert_jax.interop import hf_layout as layout
 from bert_jax.interop import hf_save
 from bert_jax.interop import modernbert as mb
 from bert_jax.layers.config import TransformerConfig
+from bert_jax.models import modernbert as modernbert_model
 from bert_jax.runtime import paths
 
 _TO_HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
@@ -48,7 +49,7 @@ def modernbert_config_dict(config: TransformerConfig, architectures: list[str],
   """TransformerConfig -> config.json; special_ids: pad/cls/sep ids of the tokenizer."""
   check_modernbert_compatible(config)
   act = _TO_HF_ACT[config.activation]
-  mlp_bias = config.use_bias if config.mlp_bias is None else config.mlp_bias
+  mlp_bias = modernbert_model.mlp_bias(config)
   out = {
       "architectures": architectures, "model_type": "modernbert",
       "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,

@@ -54,7 +54,8 @@ def _std_out(cfg: TransformerConfig) -> float:
   return cfg.init_std / math.sqrt(2.0 * cfg.num_layers)
 
 
-def _mlp_bias(cfg: TransformerConfig) -> bool:
+def mlp_bias(cfg: TransformerConfig) -> bool:
+  """Whether the MLP has biases: cfg.mlp_bias, or the attention's (use_bias) when None."""
   return cfg.use_bias if cfg.mlp_bias is None else cfg.mlp_bias
 
 
@@ -124,7 +125,7 @@ class ModernBertMLP(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
-    dense = functools.partial(nn.DenseGeneral, use_bias=_mlp_bias(cfg),
+    dense = functools.partial(nn.DenseGeneral, use_bias=mlp_bias(cfg),
                               dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                               dot_general=dense_lib.for_config(cfg))
     # [batch, len, 2, mlp]: transformers' Wi rows are the input half, then the gate half.
