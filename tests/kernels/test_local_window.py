@@ -27,6 +27,7 @@ from bert_jax.kernels import splash
 from bert_jax.layers.config import TransformerConfig
 from bert_jax.runtime import parallel
 from bert_jax.runtime import tracing
+from tests.kernels.test_flash_dropout import _loss_and_grads  # the same loss, both kernels
 
 B, L, H, D, W = 2, 300, 2, 16, 16
 KEY = jax.random.key(3)
@@ -62,19 +63,6 @@ def _case(name):
     allowed &= (j <= i)[None]
   real = (kv_ids if q_ids is None else q_ids) > 0     # the queries that are tokens
   return mask, allowed, real
-
-
-def _loss_and_grads(attend, q, k, v, real):
-  """(output, d(sum of w * output over real queries) / d(q, k, v)), float32 numpy."""
-  w = jnp.asarray(np.random.default_rng(9).normal(size=q.shape), jnp.float32)
-  keep = jnp.asarray(real)[:, :, None, None]
-
-  def loss(q, k, v):
-    out = attend(q, k, v)
-    return jnp.sum(jnp.where(keep, out.astype(jnp.float32) * w, 0.0)), out
-
-  (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))(q, k, v)
-  return np.asarray(out, np.float32), [np.asarray(g, np.float32) for g in grads]
 
 
 def _impl(mask, impl, dtype=jnp.float32):
