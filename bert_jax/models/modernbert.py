@@ -275,11 +275,16 @@ def pool_slots(cfg: TransformerConfig, sequence: Array, starts: Array,
   return pooled.reshape(-1, sequence.shape[-1])
 
 
-def _classifier(cfg: TransformerConfig, num_labels: int) -> nn.Dense:
-  # transformers' classifier always has a bias, and starts at std hidden^-0.5.
+def _classify(cfg: TransformerConfig, x: Array, num_labels: int) -> Array:
+  """head -> dropout -> classifier, float32 logits; called inside a classifier's compact
+  __call__, so `head` and `classifier` are that model's own params (transformers' names).
+  transformers' classifier always has a bias, and starts at std hidden^-0.5."""
+  x = ModernBertPredictionHead(cfg, name="head")(x)
+  x = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(x)
   return nn.Dense(num_labels, dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                   kernel_init=_init(cfg, cfg.hidden_size ** -0.5, "embed", "classes"),
-                  bias_init=cfg.zeros_init("classes"), name="classifier")
+                  bias_init=cfg.zeros_init("classes"), name="classifier")(x).astype(
+                      jnp.float32)
 
 
 class ModernBertForSequenceClassification(nn.Module):
@@ -303,9 +308,7 @@ class ModernBertForSequenceClassification(nn.Module):
     else:
       starts = example_starts.reshape(input_ids.shape[0], -1)  # [batch, K]
       pooled = pool_slots(cfg, seq, starts, packed_segment_ids)
-    x = ModernBertPredictionHead(cfg, name="head")(pooled)
-    x = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(x)
-    return {"logits": _classifier(cfg, self.num_labels)(x).astype(jnp.float32)}
+    return {"logits": _classify(cfg, pooled, self.num_labels)}
 
 
 class ModernBertForTokenClassification(nn.Module):
@@ -322,6 +325,4 @@ class ModernBertForTokenClassification(nn.Module):
     cfg = self.config
     seq = ModernBertModel(cfg, name="model")(input_ids, input_mask, positions,
                                              packed_segment_ids)
-    x = ModernBertPredictionHead(cfg, name="head")(seq["sequence_output"])
-    x = nn.Dropout(cfg.dropout_rate, deterministic=cfg.deterministic)(x)
-    return {"logits": _classifier(cfg, self.num_labels)(x).astype(jnp.float32)}
+    return {"logits": _classify(cfg, seq["sequence_output"], self.num_labels)}
