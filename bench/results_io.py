@@ -105,6 +105,21 @@ def result(suite: str, title: str, figures: list, anchor: str, headline: str, *,
           "notes": notes}
 
 
+def parse_cases(parser, cases, argv=None):
+  """(args, the --cases chosen, in order) of a suite whose runs are named cases: adds
+  --cases (default: all), --results-dir and --no-result to `parser`, parses `argv`, and
+  refuses an unknown case name in one line (parser.error)."""
+  parser.add_argument("--cases", default=",".join(cases))
+  parser.add_argument("--results-dir", default=RESULTS_DIR)
+  parser.add_argument("--no-result", action="store_true", help="write no result file")
+  args = parser.parse_args(argv)
+  chosen = args.cases.split(",")
+  unknown = sorted(set(chosen) - set(cases))
+  if unknown:
+    parser.error(f"unknown --cases {unknown}: expected some of {sorted(cases)}")
+  return args, chosen
+
+
 def path_of(suite: str, case: str = "", results_dir: str = RESULTS_DIR) -> str:
   return os.path.join(results_dir, f"{suite}-{case}.json" if case else f"{suite}.json")
 

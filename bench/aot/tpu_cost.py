@@ -223,16 +223,9 @@ def _libtpu_version() -> str:
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-  p.add_argument("--cases", default=",".join(CASES))
   p.add_argument("--systems", default=",".join(SYSTEMS),
                  help="of ours (always), ours_like, ours_reference, theirs (always)")
-  p.add_argument("--results-dir", default=results_io.RESULTS_DIR)
-  p.add_argument("--no-result", action="store_true", help="write no result file")
-  args = p.parse_args(argv)
-  cases = args.cases.split(",")
-  unknown = sorted(set(cases) - set(CASES))
-  if unknown:
-    p.error(f"unknown --cases {unknown}: expected some of {sorted(CASES)}")
+  args, cases = results_io.parse_cases(p, CASES, argv)
   for case in cases:
     try:
       chips.topology_devices(CASES[case][5])
