@@ -5,6 +5,7 @@ lowering (libtpu, no TPU).
 Padded queries (no allowed key) are left out of the comparisons, as in test_splash.py:
 the paths give them different averages that nothing reads.
 """
+import functools
 import os
 import re
 
@@ -91,8 +92,9 @@ def _assert_close(got, want, real, atol, rtol=0.0):
     ("padding", dict(block_q=128, block_kv=128)),
     ("packed", dict(block_q=128, block_kv=256)),
     ("packed", dict(block_q=256, block_kv=128)),       # the same mask from other blocks
-    ("off_the_block", {}),
+    ("off_the_block", {}),                             # one block each: the one-pass backward
     ("causal_packed", dict(block_q=128, block_kv=128)),
+    ("causal_packed", {}),
 ])
 def test_kernel_equals_the_reference_with_the_same_keep_mask(case, blocks):
   mask, length, real = _cases()[case]
@@ -196,24 +198,28 @@ def _xla_flags_restored():
 
 
 def test_the_kernel_lowers_for_tpu_without_the_scores(_xla_flags_restored):
-  """BERT-large's heads (d 64) at S512 on v5e:2x2, forward and backward: three Mosaic
-  kernels, and no [rows, heads, 512, 512] array of any dtype in the compiled program."""
+  """BERT-large's heads (d 64) at S512 on v5e:2x2, forward and backward, and no [rows,
+  heads, 512, 512] array of any dtype in the compiled program: one block each way gives
+  two Mosaic kernels (the forward and the one-pass backward), blocks of 256 three (the
+  forward, dq and dk / dv)."""
   pytest.importorskip("libtpu")
   from bert_jax.hardware import chips  # pylint: disable=g-import-not-at-top
   _, devices = chips.topology_devices("v5e:2x2")
   mesh = parallel.create_mesh((2, 1, 2), devices=devices)
   rows = NamedSharding(mesh, P(("data", "fsdp")))
 
-  def grads(q, k, v, ids, rng):
+  def grads(q, k, v, ids, rng, blocks):
     mask = masks.row_mask(None, ids)
     loss = lambda q, k, v: jnp.sum(flash_dropout.flash_dropout_attention(
-        q, k, v, mask, rng, RATE, jnp.bfloat16).astype(jnp.float32))
+        q, k, v, mask, rng, RATE, jnp.bfloat16, **blocks).astype(jnp.float32))
     return jax.grad(loss, (0, 1, 2))(q, k, v)
 
   qkv = jax.ShapeDtypeStruct((4, 512, 4, 64), jnp.bfloat16, sharding=rows)
   ids = jax.ShapeDtypeStruct((4, 512), jnp.int32, sharding=rows)
-  with jax.default_matmul_precision(None):    # a pod's default, not conftest's "highest"
-    text = jax.jit(parallel.traced_on(mesh, grads)).lower(
-        qkv, qkv, qkv, ids, jax.eval_shape(lambda: KEY)).compile().as_text()
-  assert text.count('custom_call_target="tpu_custom_call"') == 3
-  assert not re.findall(r"\w+\[\d+,\d+,512,512\]", text)
+  for blocks, kernels_called in (({}, 2), (dict(block_q=256, block_kv=256), 3)):
+    fn = functools.partial(grads, blocks=blocks)
+    with jax.default_matmul_precision(None):    # a pod's default, not conftest's "highest"
+      text = jax.jit(parallel.traced_on(mesh, fn)).lower(
+          qkv, qkv, qkv, ids, jax.eval_shape(lambda: KEY)).compile().as_text()
+    assert text.count('custom_call_target="tpu_custom_call"') == kernels_called, blocks
+    assert not re.findall(r"\w+\[\d+,\d+,512,512\]", text)

@@ -1,0 +1,109 @@
+"""What the flash_dropout kernels share (kernels/flash_dropout.py, the forward; and
+flash_dropout_bwd.py, the backward): their static settings, the pallas_call and its cost,
+and the in-kernel masking and dropout of a block of scores."""
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from bert_jax.kernels import dropout_hash
+from bert_jax.kernels import splash
+from bert_jax.kernels.masks import MASK_VALUE
+
+Array = jax.Array
+
+LANES = splash.LANES   # ids are broadcast to a tile's lanes (a column) or sublanes (a row)
+SUBLANES = 8
+NT = (((1,), (1,)), ((), ()))   # a @ b.T
+NN = (((1,), (0,)), ((), ()))   # a @ b
+F32 = jnp.float32
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+  """What the kernels are specialised on (hashable: custom_vjp's nondiff argument)."""
+  scale: float
+  rate: float
+  causal: bool
+  window: int       # masks.SegmentMask.window: 0 global, else |q - kv| <= window
+  block_q: int
+  block_kv: int
+  interpret: bool
+
+
+def id_columns(ids: Array) -> Array:
+  """[batch, len] -> [batch, len, LANES]: a block's ids down a tile's rows."""
+  return jnp.broadcast_to(ids[:, :, None], ids.shape + (LANES,))
+
+
+def id_rows(ids: Array) -> Array:
+  """[batch, len] -> [batch, SUBLANES, len]: a block's ids along a tile's lanes."""
+  return jnp.broadcast_to(ids[:, None, :], (ids.shape[0], SUBLANES, ids.shape[1]))
+
+
+def pallas(name, kernel, grid, in_specs, out_specs, out_shape, scratch, static, cost, *args):
+  return pl.pallas_call(
+      kernel, out_shape=out_shape, name=name,   # named in profiles and the HLO
+      grid_spec=pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid=grid,
+                                             in_specs=in_specs, out_specs=out_specs,
+                                             scratch_shapes=scratch),
+      # The last grid axis walks the other side's blocks into one accumulator.
+      compiler_params=pltpu.CompilerParams(
+          dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")),
+      cost_estimate=cost, interpret=static.interpret)(*args)
+
+
+def kernel_cost(q, k, static: Static, matmuls: int, q_arrays: int, k_arrays: int, rows: int,
+          q_again: bool) -> pl.CostEstimate:
+  """What XLA is told a kernel costs (it cannot see inside a custom call; the TPU
+  compiler's estimate of the step, bert_jax/aot/cost.py, takes it as it is). Bytes:
+  q_arrays [.., q_len, d] and k_arrays [.., kv_len, d] arrays and `rows` float32 [b, h,
+  q_len] statistics, the side that the grid's inner axis walks read once per block of the
+  other side (q_again: the query side is re-read, else the key side); ids left out."""
+  batch, heads, q_len, d = q.shape
+  kv_len = k.shape[2]
+  elements = batch * heads * q_len * kv_len
+  q_bytes = q_arrays * q.size * q.dtype.itemsize + rows * 4 * batch * heads * q_len
+  k_bytes = k_arrays * k.size * k.dtype.itemsize
+  if q_again:
+    q_bytes *= kv_len // static.block_kv
+  else:
+    k_bytes *= q_len // static.block_q
+  return pl.CostEstimate(flops=2 * matmuls * elements * d, transcendentals=elements,
+                         bytes_accessed=int(q_bytes + k_bytes))
+
+
+
+# ---------------------------------------------------------------------- in the kernels
+def dropped(meta_ref, q_pos, kv_pos, rate: float, x: Array) -> Array:
+  """x with the dropped elements 0 (kept ones unscaled): q_pos / kv_pos broadcast to
+  x's shape, either way round. Grid axes 0 and 1 are the local row and head."""
+  return jnp.where(keep_bits(meta_ref, q_pos, kv_pos, rate), x, 0.0)
+
+
+def keep_bits(meta_ref, q_pos, kv_pos, rate: float) -> Array:
+  """The keep bits of a block (see dropped)."""
+  row = meta_ref[1] + pl.program_id(0)
+  head = meta_ref[2] + pl.program_id(1)
+  stream = dropout_hash.stream_word(meta_ref[0], row, head)
+  return dropout_hash.keep(dropout_hash.query_word(stream, q_pos),
+                           dropout_hash.key_word(kv_pos), rate)
+
+
+def masked(s: Array, allowed: Array, q_pos, kv_pos, static: Static) -> Array:
+  if static.causal:
+    allowed = jnp.logical_and(allowed, kv_pos <= q_pos)
+  if static.window:   # |q - kv| <= window, as two comparisons (no integer abs needed)
+    allowed = allowed & (q_pos - kv_pos <= static.window) & (kv_pos - q_pos <= static.window)
+  return jnp.where(allowed, s, MASK_VALUE)
+
+
+def positions(start, size: int, axis: int) -> Array:
+  """Global positions start.. of a block, as a column (axis 0) or a row (axis 1)."""
+  shape = (size, 1) if axis == 0 else (1, size)
+  return start + lax.broadcasted_iota(jnp.int32, shape, axis)
