@@ -6,6 +6,8 @@ import functools
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
+from jax import lax
 
 from bert_jax.runtime import sharding
 from bert_jax.layers.attention import MultiHeadAttention
@@ -20,8 +22,14 @@ Array = jax.Array
 RESIDUAL = ("batch", "residual_length", "embed")
 
 
+def _gelu(x: Array) -> Array:  # in float32: 1 + erf cancels where erf is near -1
+  x32 = x.astype(jnp.float32)
+  return (x32 * (0.5 * (1.0 + lax.erf(x32 * 0.7071067811865476)))).astype(x.dtype)
+
+
 ACTIVATIONS = {
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),  # BERT: exact erf GELU
+    # BERT's exact GELU, erf form (half jax.nn.gelu's erfc work); remat: backward keeps x only
+    "gelu": jax.checkpoint(_gelu, prevent_cse=False),
     "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
     "relu": jax.nn.relu,                                         # Vaswani et al.
 }

@@ -20,9 +20,8 @@ REMAT_POLICIES = ("none", "full", "dots", "dots_no_batch", "qkv_proj", "kv_proj"
 ATTENTION_IMPLS = ("auto", "splash", "flash_dropout", "xla", "cudnn", "reference")  # kernels.IMPLEMENTATIONS
 INITS = ("bert", "xavier")  # kernel_init / embed_init
 FAMILIES, POOLINGS = ("bert", "modernbert"), ("cls", "mean")  # models/registry.py
-# Fields the meta of older checkpoints may hold that this code no longer has (XLA:CPU
-# tuning removed: the block attention of packed rows, the Dense layers' 2-D gradients);
-# from_dict reads them as absent.
+# Fields older checkpoints' meta may hold that this code no longer has (XLA:CPU tuning:
+# packed rows' block attention, the Dense layers' 2-D gradients): from_dict drops them.
 RETIRED_FIELDS = ("attention_block", "dense_grad_2d")
 
 
@@ -30,10 +29,9 @@ RETIRED_FIELDS = ("attention_block", "dense_grad_2d")
 class TransformerConfig:
   """Architecture + numerics of a Transformer-family model."""
   vocab_size: int = 30522           # the tokenizer's ids: what logits, import and export see
-  # The token tables' rows are vocab_size rounded up to a multiple of this (padded_vocab):
-  # rows that split over a tensor axis and fill the MXU's 128 lanes (MaxText's rule, 128 x
-  # tensor, is what configs set: train/defaults.transformer_config). The padding rows are
-  # never an input id and their logits are cut off (vocab_logits), so nothing else sees them.
+  # Token table rows: vocab_size rounded up to a multiple of this (padded_vocab), to split
+  # over a tensor axis and fill the MXU's lanes (configs set MaxText's 128 x tensor). The
+  # padding rows are never an input id; their logits are cut off (vocab_logits).
   vocab_multiple: int = 1
   hidden_size: int = 768            # d_model
   num_layers: int = 12              # encoder layers (decoder-only models: decoder layers)

@@ -56,8 +56,7 @@ class BertEmbeddings(nn.Module):
     return self.dropout(self.layer_norm(x))
 
   def attend(self, x: Array) -> Array:
-    """x [..., hidden] -> logits [..., padded_vocab] against the token embedding table
-    (float32 with model.matmul_dtype, whose operand dtype they take, as the Dense layers)."""
+    """x [..., hidden] -> logits [..., padded_vocab] against the token table (attend)."""
     return embedding_lib.attend(self.config, self.token_embedder, x, logits_dtype=None)
 
 
@@ -110,10 +109,8 @@ class BertModel(nn.Module):
       cls = gather_positions(x, pool_positions)               # [batch, K, hidden]
       out["pooled_output"] = jnp.tanh(self.pooler(cls))
     elif self.add_pooler:
-      # [CLS] rows over the data axes, features whole, as MlmHead's rows. Unpinned, the
-      # pooler's fsdp-split kernel left them split by feature, and the NSP head and the
-      # backward of x[:, 0] moved them back by all-to-all (2 on BERT-large S512, 4 on
-      # bert_tiny's tensor and fsdp meshes; tests/test_aot.py).
+      # [CLS] rows over the data axes, features whole, as MlmHead's: unpinned, the NSP head
+      # and x[:, 0]'s backward moved them back by all-to-all (tests/test_aot.py).
       rows = ("batch", "embed")
       cls = sharding.constrain(x[:, 0], rows)                 # [batch, hidden]
       out["pooled_output"] = sharding.constrain(jnp.tanh(self.pooler(cls)), rows)
@@ -126,13 +123,10 @@ class BertModel(nn.Module):
 
 
 def gather_positions(sequence: Array, positions: Array) -> Array:
-  """[batch, len, d], [batch, P] -> [batch, P, d]: the vectors at the given positions.
-
-  Written as a one-hot matmul rather than a gather: it costs batch·P·len·d FLOPs (small
-  next to the encoder), partitions cleanly whatever the batch/feature sharding, and
-  avoids an XLA SPMD miscompile of the gather's scatter-add gradient that we hit with
-  the batch split over (data, fsdp) and activations over tensor.
-  """
+  """[batch, len, d], [batch, P] -> [batch, P, d]: the vectors at the given positions, as
+  a one-hot matmul (batch·P·len·d FLOPs, small next to the encoder) rather than a gather:
+  it partitions cleanly whatever the sharding, and avoids an XLA SPMD miscompile of the
+  gather's scatter-add gradient (rows over (data, fsdp), activations over tensor)."""
   onehot = jax.nn.one_hot(positions, sequence.shape[1], dtype=sequence.dtype)  # [b, P, len]
   # HIGHEST: a selection must not round the hidden states (TPU/GPU default is bf16 passes).
   return jnp.einsum("bpl,bld->bpd", onehot, sequence, precision=jax.lax.Precision.HIGHEST)

@@ -1,5 +1,5 @@
 """layers/blocks.py: the exact GELU against its definition in float64 (stdlib erfc),
-values and gradients, and FeedForward's activation."""
+values and gradients, what its backward keeps, and FeedForward's activation."""
 import math
 
 import jax
@@ -35,6 +35,23 @@ def test_gelu_keeps_bfloat16():
   assert y.dtype == jnp.bfloat16
   np.testing.assert_allclose(np.asarray(y, np.float32), _reference(np.asarray(x, np.float32))[0],
                              rtol=2e-2, atol=2e-2)
+
+
+def test_gelu_backward_keeps_only_its_input():
+  """The FFN's widest activation: its linearization keeps x alone for the backward (jax's
+  erfc form keeps three [.., d_mlp] arrays), which is what cut BERT-base's step on v5e
+  (bench/RESULTS.md "TPU cost model")."""
+  x = jnp.linspace(-4.0, 4.0, 4 * 8 * 16, dtype=jnp.float32).reshape(4, 8, 16)
+  x = x.astype(jnp.bfloat16)
+
+  def residuals(f):
+    _, vjp = jax.vjp(f, x)
+    return [a for a in jax.tree_util.tree_leaves(vjp) if getattr(a, "shape", ()) == x.shape]
+
+  kept = residuals(blocks.ACTIVATIONS["gelu"])
+  assert len(kept) == 1 and np.array_equal(np.asarray(kept[0], np.float32),
+                                           np.asarray(x, np.float32))
+  assert len(residuals(lambda t: jax.nn.gelu(t, approximate=False))) > 1
 
 
 def test_feed_forward_is_the_same_function_in_training_and_evaluation():
