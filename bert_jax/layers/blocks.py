@@ -28,7 +28,7 @@ def _gelu(x: Array) -> Array:  # in float32: 1 + erf cancels where erf is near -
 
 
 ACTIVATIONS = {
-    # BERT's exact GELU, erf form (half jax.nn.gelu's erfc work); remat: backward keeps x only
+    # BERT's exact GELU in PyTorch's erf form, rematerialized: its backward keeps x alone
     "gelu": jax.checkpoint(_gelu, prevent_cse=False),
     "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
     "relu": jax.nn.relu,                                         # Vaswani et al.
