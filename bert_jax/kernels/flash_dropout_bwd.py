@@ -61,6 +61,26 @@ def _dq_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref
     dq_ref[...] = (acc_ref[...] * static.scale).astype(dq_ref.dtype)
 
 
+def _transposed_block(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref,
+                      kv_ids_ref, q_start, kv_start, static: Static):
+  """(kept probabilities, dS) of one [bk, bq] block in the transposed view, float32: the
+  keys down the rows, so the per-query lse and di are rows. The dropped probabilities are
+  unscaled; dS has dropout's 1 / (1 - rate) in it."""
+  bq, bk = q_ref.shape[0], k_ref.shape[0]
+  kv_pos, q_pos = positions(kv_start, bk, 0), positions(q_start, bq, 1)
+  s = lax.dot_general(k_ref[...], q_ref[...], NT, preferred_element_type=F32)
+  s = masked(s * static.scale, kv_ids_ref[:, :1] == q_ids_ref[:1, :], q_pos, kv_pos,
+             static)                                         # [bk, bq]
+  p = jnp.exp(s - lse_ref[...])
+  dp = lax.dot_general(v_ref[...], do_ref[...], NT, preferred_element_type=F32)
+  kept = p
+  if static.rate:
+    keep = keep_bits(meta_ref, q_pos, kv_pos, static.rate)   # one hash for both products
+    kept = jnp.where(keep, p, 0.0)
+    dp = jnp.where(keep, dp, 0.0) * (1.0 / (1.0 - static.rate))
+  return kept, p * (dp - di_ref[...])
+
+
 def _dkv_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref,
                 kv_ids_ref, dk_ref, dv_ref, dk_acc_ref, dv_acc_ref, *, static: Static):
   """The transposed view, [bk, bq]: the per-query lse and di are then rows."""
@@ -72,20 +92,10 @@ def _dkv_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_re
     dk_acc_ref[...] = jnp.zeros(dk_acc_ref.shape, F32)
     dv_acc_ref[...] = jnp.zeros(dv_acc_ref.shape, F32)
 
-  kv_pos, q_pos = positions(j * bk, bk, 0), positions(i * bq, bq, 1)
-  s = lax.dot_general(k_ref[...], q_ref[...], NT, preferred_element_type=F32)
-  s = masked(s * static.scale, kv_ids_ref[:, :1] == q_ids_ref[:1, :], q_pos, kv_pos,
-              static)                                        # [bk, bq]
-  p = jnp.exp(s - lse_ref[...])
-  dp = lax.dot_general(v_ref[...], do_ref[...], NT, preferred_element_type=F32)
-  kept = p
-  if static.rate:
-    keep = keep_bits(meta_ref, q_pos, kv_pos, static.rate)   # one hash for both products
-    kept = jnp.where(keep, p, 0.0)
-    dp = jnp.where(keep, dp, 0.0) * (1.0 / (1.0 - static.rate))
+  kept, ds = _transposed_block(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref,
+                               q_ids_ref, kv_ids_ref, i * bq, j * bk, static)
   dv_acc_ref[...] += lax.dot_general(kept.astype(do_ref.dtype), do_ref[...], NN,
                                      preferred_element_type=F32)
-  ds = p * (dp - di_ref[...])
   dk_acc_ref[...] += lax.dot_general(ds.astype(q_ref.dtype), q_ref[...], NN,
                                      preferred_element_type=F32)
 
@@ -148,21 +158,11 @@ def _one_block_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_
   """dq, dk and dv of one (row, head) whose queries and keys are one block each: the
   dkv kernel's transposed view [bk, bq], with dq from the same dS (transposed once)
   instead of a second kernel that recomputes the scores, probabilities and keep bits."""
-  bq, bk = q_ref.shape[0], k_ref.shape[0]
-  kv_pos, q_pos = positions(0, bk, 0), positions(0, bq, 1)
-  s = lax.dot_general(k_ref[...], q_ref[...], NT, preferred_element_type=F32)
-  s = masked(s * static.scale, kv_ids_ref[:, :1] == q_ids_ref[:1, :], q_pos, kv_pos,
-             static)                                         # [bk, bq]
-  p = jnp.exp(s - lse_ref[...])
-  dp = lax.dot_general(v_ref[...], do_ref[...], NT, preferred_element_type=F32)
-  kept = p
-  if static.rate:
-    keep = keep_bits(meta_ref, q_pos, kv_pos, static.rate)
-    kept = jnp.where(keep, p, 0.0)
-    dp = jnp.where(keep, dp, 0.0) * (1.0 / (1.0 - static.rate))
+  kept, ds = _transposed_block(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref,
+                               q_ids_ref, kv_ids_ref, 0, 0, static)
   dv = lax.dot_general(kept.astype(do_ref.dtype), do_ref[...], NN, preferred_element_type=F32)
   dv_ref[...] = (dv * (1.0 / (1.0 - static.rate))).astype(dv_ref.dtype)
-  ds = (p * (dp - di_ref[...])).astype(q_ref.dtype)        # [bk, bq]
+  ds = ds.astype(q_ref.dtype)                                # [bk, bq]
   dk = lax.dot_general(ds, q_ref[...], NN, preferred_element_type=F32)
   dk_ref[...] = (dk * static.scale).astype(dk_ref.dtype)
   dq = lax.dot_general(ds.T, k_ref[...], NN, preferred_element_type=F32)
