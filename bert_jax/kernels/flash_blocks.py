@@ -1,6 +1,16 @@
 """What the flash_dropout kernels share (kernels/flash_dropout.py, the forward; and
-flash_dropout_bwd.py, the backward): their static settings, the pallas_call and its cost,
-and the in-kernel masking and dropout of a block of scores."""
+flash_dropout_bwd.py, the backward): their static settings and block layout, the
+pallas_call and its cost, and the in-kernel masking and dropout of a block of scores.
+
+Layout. With d < 128 lanes (BERT's 64), a [batch, heads, len, d] array sits in half-empty
+128-lane tiles: every q, k, v, output and gradient the kernels read or write, and each
+projection that writes or reads one, moves twice its bytes. So where 128 // d heads side
+by side fill the lanes (d divides 128 and each device's heads split into such groups),
+the kernels take [batch, len, heads * d] as the projections give it (layers/dense.py's
+FlatDense), one block holding `group` heads, each head's [rows, d] read and written at
+its lanes' offset (head, put). Otherwise (d = 128 or more, which fills the
+lanes alone; d = 96) they take [batch, heads, len, d], one head a block.
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -34,6 +44,41 @@ class Static:
   block_q: int
   block_kv: int
   interpret: bool
+  d: int = 0        # the head size
+  group: int = 1    # heads per block; packed: the [batch, len, heads * d] layout
+  packed: bool = False
+
+  @property
+  def lanes(self) -> int:
+    return self.group * self.d
+
+
+def heads_per_block(d: int, local_heads: int) -> int:
+  """The heads of one block in the packed layout, 0 where it cannot be (see the top)."""
+  group = LANES // d
+  return group if d < LANES and LANES % d == 0 and local_heads % group == 0 else 0
+
+
+def dims(static: Static, x: Array) -> tuple[int, int, int]:
+  """(batch, heads, len) of a q / k / v block array in the static's layout."""
+  if static.packed:
+    return x.shape[0], x.shape[2] // static.d, x.shape[1]
+  return x.shape[0], x.shape[1], x.shape[2]
+
+
+def seq_spec(static: Static, size: int, block) -> pl.BlockSpec:
+  """A q / k / v (or their gradients') BlockSpec on the grid (row, head block, x, y):
+  `size` positions of `group` heads; block(x, y) picks the length block."""
+  if static.packed:
+    return pl.BlockSpec((None, size, static.lanes), lambda b, g, x, y, _: (b, block(x, y), g))
+  return pl.BlockSpec((None, None, size, static.d),
+                      lambda b, g, x, y, _: (b, g, block(x, y), 0))
+
+
+def row_spec(static: Static, size: int, block) -> pl.BlockSpec:
+  """The BlockSpec of per-query float32 rows [batch, heads, 1, len] (lse, di): [group, 1,
+  size] a block."""
+  return pl.BlockSpec((None, static.group, 1, size), lambda b, g, x, y, _: (b, g, 0, block(x, y)))
 
 
 def id_columns(ids: Array) -> Array:
@@ -62,11 +107,12 @@ def kernel_cost(q, k, static: Static, matmuls: int, q_arrays: int, k_arrays: int
           q_again: bool) -> pl.CostEstimate:
   """What XLA is told a kernel costs (it cannot see inside a custom call; the TPU
   compiler's estimate of the step, bert_jax/aot/cost.py, takes it as it is). Bytes:
-  q_arrays [.., q_len, d] and k_arrays [.., kv_len, d] arrays and `rows` float32 [b, h,
-  q_len] statistics, the side that the grid's inner axis walks read once per block of the
-  other side (q_again: the query side is re-read, else the key side); ids left out."""
-  batch, heads, q_len, d = q.shape
-  kv_len = k.shape[2]
+  q_arrays arrays like q and
+  k_arrays like k and `rows` float32 [b, h, q_len] statistics, the side that the grid's
+  inner axis walks read once per block of the other side (q_again: the query side is
+  re-read, else the key side); ids left out."""
+  batch, heads, q_len = dims(static, q)
+  kv_len = dims(static, k)[2]
   elements = batch * heads * q_len * kv_len
   q_bytes = q_arrays * q.size * q.dtype.itemsize + rows * 4 * batch * heads * q_len
   k_bytes = k_arrays * k.size * k.dtype.itemsize
@@ -74,25 +120,39 @@ def kernel_cost(q, k, static: Static, matmuls: int, q_arrays: int, k_arrays: int
     q_bytes *= kv_len // static.block_kv
   else:
     k_bytes *= q_len // static.block_q
-  return pl.CostEstimate(flops=2 * matmuls * elements * d, transcendentals=elements,
+  return pl.CostEstimate(flops=2 * matmuls * elements * static.d, transcendentals=elements,
                          bytes_accessed=int(q_bytes + k_bytes))
 
 
 
 # ---------------------------------------------------------------------- in the kernels
-def dropped(meta_ref, q_pos, kv_pos, rate: float, x: Array) -> Array:
+def dropped(meta_ref, q_pos, kv_pos, static: Static, t: int, x: Array) -> Array:
   """x with the dropped elements 0 (kept ones unscaled): q_pos / kv_pos broadcast to
-  x's shape, either way round. Grid axes 0 and 1 are the local row and head."""
-  return jnp.where(keep_bits(meta_ref, q_pos, kv_pos, rate), x, 0.0)
+  x's shape, either way round; t: the head within the block."""
+  return jnp.where(keep_bits(meta_ref, q_pos, kv_pos, static, t), x, 0.0)
 
 
-def keep_bits(meta_ref, q_pos, kv_pos, rate: float) -> Array:
-  """The keep bits of a block (see dropped)."""
+def keep_bits(meta_ref, q_pos, kv_pos, static: Static, t: int) -> Array:
+  """The keep bits of head t of a block (see dropped). Grid axes 0 and 1 are the local
+  row and head block."""
   row = meta_ref[1] + pl.program_id(0)
-  head = meta_ref[2] + pl.program_id(1)
+  head = meta_ref[2] + pl.program_id(1) * static.group + t
   stream = dropout_hash.stream_word(meta_ref[0], row, head)
   return dropout_hash.keep(dropout_hash.query_word(stream, q_pos),
-                           dropout_hash.key_word(kv_pos), rate)
+                           dropout_hash.key_word(kv_pos), static.rate)
+
+
+def head(static: Static, ref, t: int) -> Array:
+  """Head t's [rows, d] of a block: its lanes of a packed block, else the whole block."""
+  return ref[:, pl.ds(t * static.d, static.d)] if static.group > 1 else ref[...]
+
+
+def put(static: Static, ref, t: int, value: Array):
+  """Writes head t's [rows, d] of an output block (see head)."""
+  if static.group > 1:
+    ref[:, pl.ds(t * static.d, static.d)] = value.astype(ref.dtype)
+  else:
+    ref[...] = value.astype(ref.dtype)
 
 
 def masked(s: Array, allowed: Array, q_pos, kv_pos, static: Static) -> Array:

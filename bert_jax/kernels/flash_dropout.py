@@ -35,9 +35,10 @@ from jax.experimental.pallas import tpu as pltpu
 from bert_jax.kernels import dropout_hash
 from bert_jax.kernels import flash_dropout_bwd
 from bert_jax.kernels import splash
-from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, SUBLANES, Static, dropped,
-                                          id_columns, id_rows, kernel_cost, masked, pallas,
-                                          positions)
+from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, SUBLANES, Static, dims,
+                                          dropped, head, heads_per_block, id_columns,
+                                          id_rows, kernel_cost, masked, pallas, positions,
+                                          put, row_spec, seq_spec)
 from bert_jax.runtime import tracing
 
 Array = jax.Array
@@ -67,30 +68,39 @@ def flash_dropout_attention(query: Array, key: Array, value: Array, mask=None,
     [batch, q_len, heads, d] in `dtype`: the reference's output given
     dropout_hash.keep_mask(seed_from_key(dropout_rng), ...) as the keep mask.
   """
-  batch, q_len, _, d = query.shape
+  batch, q_len, heads, d = query.shape
   kv_len = key.shape[1]
   if dropout_rate > 0.0 and dropout_rng is None:
     raise ValueError("attention dropout needs a dropout_rng")
   ids = splash.segment_ids(mask, batch, q_len, kv_len)
   if ids is None:   # no mask, lengths on the lanes: every id the same
     ids = (jnp.ones((batch, q_len), jnp.int32), jnp.ones((batch, kv_len), jnp.int32))
-  # [batch, len, heads, d] -> [batch, heads, len, d], the lengths padded to the lanes.
-  q, k, v = (splash.pad_to_lanes(x.astype(dtype).transpose(0, 2, 1, 3), 2)
-             for x in (query, key, value))
+  group = heads_per_block(d, heads // splash.head_ways())
+  if group:   # [batch, len, heads * d]: a free reshape (flash_blocks.py: layout)
+    q, k, v = (splash.pad_to_lanes(x.astype(dtype).reshape(x.shape[:2] + (heads * d,)), 1)
+               for x in (query, key, value))
+  else:       # [batch, heads, len, d]
+    q, k, v = (splash.pad_to_lanes(x.astype(dtype).transpose(0, 2, 1, 3), 2)
+               for x in (query, key, value))
+  padded_q, padded_kv = q.shape[1 if group else 2], k.shape[1 if group else 2]
   seed = (dropout_hash.seed_from_key(dropout_rng) if dropout_rate > 0.0
           else jnp.zeros((), jnp.int32))
   static = Static(scale=1.0 / math.sqrt(d), rate=float(dropout_rate),
                    causal=mask is not None and mask.causal,
                    window=0 if mask is None else mask.window,
-                   block_q=block_q or splash.block_size(q.shape[2]),
-                   block_kv=block_kv or splash.block_size(k.shape[2]),
-                   interpret=tracing.trace_platform() == "cpu")
+                   block_q=block_q or splash.block_size(padded_q),
+                   block_kv=block_kv or splash.block_size(padded_kv),
+                   interpret=tracing.trace_platform() == "cpu",
+                   d=d, group=max(group, 1), packed=bool(group))
 
   def local(q, k, v, q_ids, kv_ids, seed, first):
     meta = jnp.concatenate([seed[None], first])   # int32 [3]: seed, first row, first head
     return _attention(q, k, v, q_ids, kv_ids, meta, static)
 
-  out = splash.shard_rows_and_heads(local, (q, k, v), ids, (seed,), offsets=True)
+  out = splash.shard_rows_and_heads(local, (q, k, v), ids, (seed,), offsets=True,
+                                    packed_d=d if group else 0)
+  if group:
+    return out[:, :q_len].reshape(batch, q_len, heads, d)
   return out[:, :, :q_len].transpose(0, 2, 1, 3)        # [batch, q_len, heads, d]
 
 
@@ -121,45 +131,49 @@ def _forward_kernel(meta_ref, q_ref, k_ref, v_ref, q_ids_ref, kv_ids_ref, o_ref,
     acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
 
   q_pos, kv_pos = positions(i * bq, bq, 0), positions(j * bk, bk, 1)
-  s = lax.dot_general(q_ref[...], k_ref[...], NT, preferred_element_type=F32)
-  s = masked(s * static.scale, q_ids_ref[:, :1] == kv_ids_ref[:1, :], q_pos, kv_pos,
-              static)                                        # [bq, bk]
-  m_prev = m_ref[...]                                # [bq, LANES], the lanes all equal
-  m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
-  p = jnp.exp(s - m_next[:, :1])
-  alpha = jnp.exp(m_prev - m_next)
-  l_ref[...] = alpha * l_ref[...] + jnp.sum(p, axis=1, keepdims=True)
-  m_ref[...] = m_next
-  if static.rate:
-    p = dropped(meta_ref, q_pos, kv_pos, static.rate, p)
-  pv = lax.dot_general(p.astype(v_ref.dtype), v_ref[...], NN, preferred_element_type=F32)
-  acc_ref[...] = acc_ref[...] * alpha[:, :1] + pv
+  allowed = q_ids_ref[:, :1] == kv_ids_ref[:1, :]
+  for t in range(static.group):                      # the heads of the block
+    s = lax.dot_general(head(static, q_ref, t), head(static, k_ref, t), NT,
+                        preferred_element_type=F32)
+    s = masked(s * static.scale, allowed, q_pos, kv_pos, static)    # [bq, bk]
+    m_prev = m_ref[t]                                # [bq, LANES], the lanes all equal
+    m_next = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+    p = jnp.exp(s - m_next[:, :1])
+    alpha = jnp.exp(m_prev - m_next)
+    l_ref[t] = alpha * l_ref[t] + jnp.sum(p, axis=1, keepdims=True)
+    m_ref[t] = m_next
+    if static.rate:
+      p = dropped(meta_ref, q_pos, kv_pos, static, t, p)
+    pv = lax.dot_general(p.astype(v_ref.dtype), head(static, v_ref, t), NN,
+                         preferred_element_type=F32)
+    acc_ref[t] = acc_ref[t] * alpha[:, :1] + pv
 
   @pl.when(j == pl.num_programs(3) - 1)
   def _():
-    l = l_ref[...]
-    scale = (1.0 / (1.0 - static.rate)) / l[:, :1]
-    o_ref[...] = (acc_ref[...] * scale).astype(o_ref.dtype)
-    # The log-sum-exp as a row [1, bq]: lane-dense in HBM, as the backward reads it.
-    lse_ref[...] = (m_ref[...] + jnp.log(l)).T[:1, :]
+    for t in range(static.group):
+      l = l_ref[t]
+      put(static, o_ref, t, acc_ref[t] * ((1.0 / (1.0 - static.rate)) / l[:, :1]))
+      # The log-sum-exp as a row [1, bq]: lane-dense in HBM, as the backward reads it.
+      lse_ref[t] = (m_ref[t] + jnp.log(l)).T[:1, :]
 
 
 def _forward(q, k, v, q_ids, kv_ids, meta, static: Static):
-  """q [b, h, Q, d], k/v [b, h, K, d], ids [b, Q] / [b, K] -> (out [b, h, Q, d],
-  lse [b, h, 1, Q] float32)."""
-  batch, heads, q_len, d = q.shape
+  """q / k / v in the static's layout (flash_blocks.py), ids [b, Q] / [b, K] -> (out
+  like q, lse [b, h, 1, Q] float32)."""
+  batch, heads, q_len = dims(static, q)
   bq, bk = static.block_q, static.block_kv
-  grid = (batch, heads, q_len // bq, k.shape[2] // bk)
-  q_spec = pl.BlockSpec((None, None, bq, d), lambda b, h, i, j, _: (b, h, i, 0))
-  kv_spec = pl.BlockSpec((None, None, bk, d), lambda b, h, i, j, _: (b, h, j, 0))
+  grid = (batch, heads // static.group, q_len // bq, dims(static, k)[2] // bk)
+  q_spec = seq_spec(static, bq, lambda i, j: i)
+  kv_spec = seq_spec(static, bk, lambda i, j: j)
   in_specs = [q_spec, kv_spec, kv_spec,
               pl.BlockSpec((None, bq, LANES), lambda b, h, i, j, _: (b, i, 0)),
               pl.BlockSpec((None, SUBLANES, bk), lambda b, h, i, j, _: (b, 0, j))]
-  out_specs = [q_spec, pl.BlockSpec((None, None, 1, bq), lambda b, h, i, j, _: (b, h, 0, i))]
+  out_specs = [q_spec, row_spec(static, bq, lambda i, j: i)]
   out_shape = [jax.ShapeDtypeStruct(q.shape, q.dtype),
                jax.ShapeDtypeStruct((batch, heads, 1, q_len), F32)]
-  scratch = [pltpu.VMEM((bq, LANES), F32), pltpu.VMEM((bq, LANES), F32),
-             pltpu.VMEM((bq, d), F32)]
+  g = static.group
+  scratch = [pltpu.VMEM((g, bq, LANES), F32), pltpu.VMEM((g, bq, LANES), F32),
+             pltpu.VMEM((g, bq, static.d), F32)]
   kernel = functools.partial(_forward_kernel, static=static)
   return pallas("flash_dropout_fwd", kernel, grid, in_specs, out_specs, out_shape, scratch,
                static, kernel_cost(q, k, static, 2, q_arrays=2, k_arrays=2, rows=1, q_again=False),

@@ -73,14 +73,24 @@ def fused_unsupported(query: Array, value: Array, bias, bool_mask) -> str:
     # partitioner would have to split the kernel, which it cannot.
     return "" if jax.device_count() == 1 or platform == "cpu" else (
         "it must run under a mesh (tracing.traced_on) on several devices")
-  batch_ways = math.prod(mesh.shape[a] for a in _axes("batch"))
-  head_ways = math.prod(mesh.shape[a] for a in _axes("heads"))
+  batch_ways = _ways(mesh, "batch")
+  head_ways = _ways(mesh, "heads")
   if query.shape[0] % batch_ways:
     return f"batch {query.shape[0]} does not split over {batch_ways} data-parallel devices"
   if query.shape[2] % head_ways:
     return (f"model.num_heads={query.shape[2]} does not split over the tensor axis "
             f"({head_ways} ways)")
   return ""
+
+
+def head_ways() -> int:
+  """Over how many devices the heads split under the abstract mesh (1 without one)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  return 1 if mesh.empty else _ways(mesh, "heads")
+
+
+def _ways(mesh, logical: str) -> int:
+  return math.prod(mesh.shape[a] for a in _axes(logical))
 
 
 def _axes(logical: str) -> tuple[str, ...]:
@@ -208,12 +218,15 @@ def splash_attention(query: Array, key: Array, value: Array, mask=None,
   return out[:, :, :q_len].transpose(0, 2, 1, 3)
 
 
-def shard_rows_and_heads(local, blocks, rows=(), replicated=(), offsets: bool = False):
-  """local(*blocks, *rows, *replicated) -> [batch, heads, len, d], on each device's rows
-  and heads under the abstract mesh (the splitting described at the top), else whole.
+def shard_rows_and_heads(local, blocks, rows=(), replicated=(), offsets: bool = False,
+                         packed_d: int = 0):
+  """local(*blocks, *rows, *replicated) -> an array laid out as the blocks, on each
+  device's rows and heads under the abstract mesh (the splitting described at the top),
+  else whole.
 
-  blocks: [batch, heads, len, d] arrays (the output is split as they are); rows: [batch,
-  len] arrays (segment ids); replicated: whole on every device (a dropout seed). With
+  blocks: [batch, heads, len, d] arrays, or [batch, len, heads * packed_d] ones with
+  packed_d (the output is split as they are); rows: [batch, len] arrays (segment ids);
+  replicated: whole on every device (a dropout seed). With
   `offsets`, local also gets int32 [2]: the global index of its first row and first head
   ((0, 0) without a mesh), for what must not depend on the split (dropout bits).
   """
@@ -226,11 +239,13 @@ def shard_rows_and_heads(local, blocks, rows=(), replicated=(), offsets: bool = 
   def on_device(*args):
     if not offsets:
       return local(*args)
-    batch, heads = args[0].shape[:2]             # this device's rows and heads
+    batch = args[0].shape[0]                     # this device's rows and heads
+    heads = args[0].shape[2] // packed_d if packed_d else args[0].shape[1]
     first = jnp.stack([_index(row_axes) * batch, _index(head_axes) * heads])
     return local(*args, first.astype(jnp.int32))
 
-  block_spec = P(row_axes or None, head_axes or None, None, None)  # [batch, heads, len, d]
+  block_spec = (P(row_axes or None, None, head_axes or None) if packed_d  # [b, len, h * d]
+                else P(row_axes or None, head_axes or None, None, None))  # [b, h, len, d]
   in_specs = ((block_spec,) * len(blocks) + (P(row_axes or None, None),) * len(rows)
               + (P(),) * len(replicated))
   return jax.shard_map(on_device, mesh=mesh, in_specs=in_specs, out_specs=block_spec,

@@ -58,18 +58,15 @@ class MultiHeadAttention(nn.Module):
     self_attention = inputs_kv is None and not self.cross
     inputs_kv = inputs_q if self_attention else inputs_kv
     dot_general = dense_lib.for_config(cfg)
+    # Where a TPU kernel runs with d < 128: q/k/v and W^O flat, [.., heads * d] (FlatDense)
     flat = not return_weights and splash_layout(cfg, inputs_q, inputs_kv, bias, mask)
-    if flat:
-      # Dots with a flat [.., heads * d] side: what dots_no_batch saves of them is then
-      # not padded from d to 128 lanes on TPU (dense.flat; _saveable for the names).
-      dot_general = dense_lib.flat(dot_general)
     dense = functools.partial(
-        nn.DenseGeneral, axis=-1, features=(cfg.num_heads, cfg.d_head), use_bias=cfg.use_bias,
+        dense_lib.FlatDense if flat else nn.DenseGeneral, axis=-1,
+        features=(cfg.num_heads, cfg.d_head), use_bias=cfg.use_bias,
         dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
         dot_general=dot_general, kernel_init=cfg.kernel_init("embed", "heads", "kv"),
         bias_init=cfg.zeros_init("heads", "kv"))
-    query = sharding.constrain(dense(name="query")(inputs_q), QUERY)  # [b, q_len, heads, d_k]
-    query = _saveable(query, "query_proj", flat)  # remat policies save by name (stacks.py)
+    query = _projected(dense(name="query")(inputs_q), "query_proj", QUERY, cfg)
     key, value = self.keys_values(dense, inputs_kv, flat, self_attention)  # [b, kv, h, d]
 
     if cfg.position == "rotary":
@@ -95,11 +92,13 @@ class MultiHeadAttention(nn.Module):
       self.sow("intermediates", "attention_weights", weights)
     out = sharding.constrain(out, QUERY)
     # out: [batch, q_len, heads, d_v] -> W^O -> [batch, q_len, d_model]
-    out = nn.DenseGeneral(
-        features=inputs_q.shape[-1], axis=(-2, -1), use_bias=cfg.use_bias,
-        dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
-        dot_general=dot_general, kernel_init=cfg.kernel_init("heads", "kv", "embed"),
-        bias_init=cfg.zeros_init("embed"), name="out")(out)      # [batch, q_len, d_model]
+    out_dense = functools.partial(dense_lib.FlatDense, in_shape=out.shape[2:]) if flat else (
+        functools.partial(nn.DenseGeneral, axis=(-2, -1)))
+    out = out_dense(features=inputs_q.shape[-1], use_bias=cfg.use_bias,
+                    dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
+                    dot_general=dot_general, kernel_init=cfg.kernel_init("heads", "kv", "embed"),
+                    bias_init=cfg.zeros_init("embed"), name="out")(
+                        out.reshape(out.shape[:2] + (-1,)) if flat else out)
     return checkpoint_name(out, "out_proj")
 
   def keys_values(self, dense, inputs_kv: Array | None, flat: bool, self_attention: bool):
@@ -109,9 +108,9 @@ class MultiHeadAttention(nn.Module):
     if inputs_kv is None:
       raise ValueError("cross-attention needs inputs_kv (the encoder output) until its "
                        "keys/values are in the decode cache.")
-    key = sharding.constrain(dense(name="key")(inputs_kv), KEY_VALUE)      # [b, kv, h, d_k]
-    value = sharding.constrain(dense(name="value")(inputs_kv), KEY_VALUE)  # [b, kv, h, d_v]
-    return _saveable(key, "key_proj", flat), _saveable(value, "value_proj", flat)
+    cfg = self.config
+    return (_projected(dense(name="key")(inputs_kv), "key_proj", KEY_VALUE, cfg),
+            _projected(dense(name="value")(inputs_kv), "value_proj", KEY_VALUE, cfg))
 
   def with_cache(self, q_len: int, key: Array, value: Array, mask, bias,
                  self_attention: bool):
@@ -125,14 +124,12 @@ class MultiHeadAttention(nn.Module):
 
 
 def splash_layout(cfg, inputs_q: Array, inputs_kv: Array | None, bias, mask) -> bool:
-  """Whether q/k/v stay flat, [batch, len, heads * d], in their projections' dots and
-  where remat policies save them: only when d is not a multiple of TPU's 128 lanes and
-  a Pallas TPU kernel (splash, or flash_dropout with attention dropout) will run this
-  attention (kernels.runs_splash / runs_flash_dropout on the projections' shapes).
-
-  Why: a saved stack takes its consumer's layout; splash reads [.., len, d] tiles, so a
-  d = 64 q/k/v would sit in half-empty 128-lane tiles (docs/performance-notes.md, "Remat
-  policies and splash attention on TPU"), at the price of one relayout per layer.
+  """Whether q/k/v and W^O's input are flat, [batch, len, heads * d] (dense.FlatDense):
+  when d is not a multiple of TPU's 128 lanes and a Pallas TPU kernel (splash, or
+  flash_dropout with attention dropout) will run this attention (kernels.runs_splash /
+  runs_flash_dropout on the projections' shapes). A [.., heads, d] array with d = 64
+  sits in half-empty 128-lane tiles, also where a remat policy saves it
+  (docs/performance-notes.md, "Remat policies and splash attention on TPU").
   """
   if (cfg.decode or cfg.attention_impl == "reference" or cfg.d_head % kernels.LANES == 0):
     return False
@@ -145,10 +142,10 @@ def splash_layout(cfg, inputs_q: Array, inputs_kv: Array | None, bias, mask) -> 
           or kernels.runs_flash_dropout(cfg.attention_impl, query, value, bias, mask, dropout))
 
 
-def _saveable(x: Array, name: str, flat: bool) -> Array:
-  """x [batch, len, heads, d] tagged `name` for the remat policies; as [batch, len,
-  heads * d] when `flat` (splash_layout)."""
-  if not flat:
-    return checkpoint_name(x, name)
-  batch, length, heads, d = x.shape
-  return checkpoint_name(x.reshape(batch, length, heads * d), name).reshape(x.shape)
+def _projected(x: Array, name: str, logical: tuple, cfg) -> Array:
+  """A projection as [batch, len, heads, d], pinned under a mesh and tagged `name` for
+  the remat policies (stacks.py); FlatDense's pinned and saved flat."""
+  if x.ndim == 4:
+    return checkpoint_name(sharding.constrain(x, logical), name)
+  x = checkpoint_name(sharding.constrain(x, logical[:2] + ("heads",)), name)
+  return x.reshape(x.shape[:2] + (cfg.num_heads, cfg.d_head))

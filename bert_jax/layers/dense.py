@@ -5,19 +5,12 @@ TPU's lanes. `for_config(cfg)` is the `dot_general=` of flax's `nn.Dense` /
 from __future__ import annotations
 
 import math
+
+import flax.linen as nn
+from flax.core import meta
 import jax
 import jax.numpy as jnp
 from jax import lax
-
-
-def _is_dense(lhs_ndim: int, dimension_numbers) -> int:
-  """The number of contracted dims when the contraction is x[..., k...] · w[k..., ...]."""
-  (lhs_c, rhs_c), (lhs_b, rhs_b) = dimension_numbers
-  n = len(lhs_c)
-  dense = (not lhs_b and not rhs_b and n > 0
-           and tuple(lhs_c) == tuple(range(lhs_ndim - n, lhs_ndim))
-           and tuple(rhs_c) == tuple(range(n)))
-  return n if dense else 0
 
 
 def _dims(n: int, lhs_ndim: int):
@@ -32,33 +25,37 @@ def for_config(cfg):
   return lambda *args, **kwargs: cast_dot_general(dtype, *args, **kwargs)
 
 
-def flat(dot_general=None):
-  """`dot_general` (None: lax's) for a dense contraction with its contracted and its
-  output dims each merged into one: x[m..., k...] · w[k..., o...] computed as the 2-D-
-  featured dot x[m..., K] · w[K, O], then reshaped to [m..., o...]. Same math, same
-  parameters; only the shape of the dot XLA sees changes.
+class FlatDense(nn.DenseGeneral):
+  """nn.DenseGeneral over the last axis with its parameters drawn the same way, kernel
+  [*in_shape, *features], but flat arrays: [..., prod(in_shape)] -> [..., prod(features)]
+  (in_shape (): the input's last axis). The attention projections onto (heads, d) and W^O
+  back: with d = 64 on TPU no [.., heads, d] array then exists for the layout to pad to
+  128 lanes or lay out with the positions minor; the flat one is what flash_dropout reads."""
+  in_shape: tuple = ()
 
-  Why: the attention projections' dots are [batch, len, embed] x [embed, heads, d] ->
-  [batch, len, heads, d] (and W^O the reverse). With d = 64 on TPU, what a remat policy
-  such as dots_no_batch saves of them is that raw dot output, whose scanned stack takes
-  a layout with d minor, padded to 128 lanes (docs/performance-notes.md). A [batch, len,
-  heads * d] dot has no 64-wide dimension to pad. Used where splash attention runs
-  (attention.splash_layout).
-  """
-  inner = lax.dot_general if dot_general is None else dot_general
+  @nn.compact
+  def __call__(self, inputs):
+    features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
+    in_shape = tuple(self.in_shape) or (inputs.shape[-1],)
+    k, width = math.prod(in_shape), math.prod(features)
+    kernel = self.param("kernel", _drawn_flat(self.kernel_init, (k, width)),
+                        in_shape + features, self.param_dtype)
+    bias = self.param("bias", _drawn_flat(self.bias_init, (width,)), features,
+                      self.param_dtype) if self.use_bias else None
+    inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+    y = (self.dot_general or lax.dot_general)(inputs, kernel.reshape(k, width),
+                                              _dims(1, inputs.ndim), precision=self.precision)
+    return y if bias is None else y + bias.reshape(width)
 
-  def flat_dot_general(lhs, rhs, dimension_numbers, precision=None, **kwargs):
-    n = _is_dense(lhs.ndim, dimension_numbers)
-    if not n:
-      return inner(lhs, rhs, dimension_numbers, precision=precision, **kwargs)
-    rows, features = lhs.shape[:lhs.ndim - n], rhs.shape[n:]
-    k = math.prod(rhs.shape[:n])
-    x = lhs.reshape(rows + (k,))                                      # [m..., K]
-    w = rhs.reshape(k, math.prod(features))                           # [K, O]
-    y = inner(x, w, _dims(1, x.ndim), precision=precision, **kwargs)  # [m..., O]
-    return y.reshape(rows + features)                                 # [m..., o...]
 
-  return flat_dot_general
+def _drawn_flat(init, flat_shape):
+  """DenseGeneral's init of a parameter: drawn [K, O] (fan-in K), then reshaped."""
+  def wrapped(rng, shape, dtype=jnp.float32):
+    x = init(rng, flat_shape, dtype)
+    if isinstance(x, meta.AxisMetadata):
+      return meta.replace_boxed(x, jnp.reshape(x.unbox(), shape))
+    return jnp.reshape(x, shape)
+  return wrapped
 
 
 def cast_dot_general(dtype, lhs, rhs, dimension_numbers, precision=None,

@@ -17,6 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from bert_jax import kernels
 from bert_jax.kernels import dropout_hash
+from bert_jax.kernels import flash_blocks
 from bert_jax.kernels import flash_dropout
 from bert_jax.kernels import masks
 from bert_jax.kernels import reference
@@ -88,23 +89,39 @@ def _assert_close(got, want, real, atol, rtol=0.0):
   assert np.abs(want[1][1]).max() > 1e-2             # the gradients are not trivially 0
 
 
-@pytest.mark.parametrize("case,blocks", [
-    ("padding", dict(block_q=128, block_kv=128)),
-    ("packed", dict(block_q=128, block_kv=256)),
-    ("packed", dict(block_q=256, block_kv=128)),       # the same mask from other blocks
-    ("off_the_block", {}),                             # one block each: the one-pass backward
-    ("causal_packed", dict(block_q=128, block_kv=128)),
-    ("causal_packed", {}),
+# (heads, d): d 128 and d 96, [batch, heads, len, d] blocks, one head each; BERT's d 64,
+# two heads side by side in a block's 128 lanes (flash_blocks.py: layout).
+ONE, TWO, HEADS_MAJOR = (H, D), (4, 64), (2, 96)
+
+
+@pytest.mark.parametrize("case,blocks,heads_d", [
+    ("padding", dict(block_q=128, block_kv=128), ONE),
+    ("packed", dict(block_q=128, block_kv=256), ONE),
+    ("packed", dict(block_q=256, block_kv=128), TWO),  # the same mask from other blocks
+    ("off_the_block", {}, ONE),                        # one block each: the one-pass backward
+    ("off_the_block", {}, TWO),
+    ("causal_packed", dict(block_q=128, block_kv=128), TWO),
+    ("causal_packed", {}, ONE),
+    ("padding", {}, HEADS_MAJOR),
 ])
-def test_kernel_equals_the_reference_with_the_same_keep_mask(case, blocks):
+def test_kernel_equals_the_reference_with_the_same_keep_mask(case, blocks, heads_d):
   mask, length, real = _cases()[case]
-  q, k, v = _qkv(1, length)
+  q, k, v = _qkv(1, length, heads=heads_d[0], d=heads_d[1])
   want = _loss_and_grads(_reference(mask), q, k, v, real)
   got = _loss_and_grads(_kernel(mask, **blocks), q, k, v, real)
   _assert_close(got, want, real, atol=1e-5)
   # Dropout did act: without it the output is another one.
   plain = _loss_and_grads(_reference(mask, rate=0.0), q, k, v, real)
   assert np.abs(plain[0][real] - want[0][real]).max() > 1e-2
+
+
+def test_heads_share_a_block_where_they_fill_its_lanes():
+  assert flash_blocks.heads_per_block(64, 12) == 2       # BERT-base
+  assert flash_blocks.heads_per_block(32, 8) == 4
+  assert flash_blocks.heads_per_block(128, 4) == 0       # fills the lanes alone
+  assert flash_blocks.heads_per_block(64, 1) == 0        # one head per device: heads-major
+  assert flash_blocks.heads_per_block(32, 6) == 0
+  assert flash_blocks.heads_per_block(96, 4) == 0
 
 
 def test_rate_zero_is_attention_without_dropout():
@@ -122,14 +139,16 @@ def test_bfloat16_inputs_match_the_float32_reference():
   _assert_close(got, want, real, atol=5e-2, rtol=5e-2)
 
 
-def test_on_a_mesh_each_device_drops_its_part_of_the_global_mask():
-  """Rows over (data, fsdp) = 2 x 2, heads over tensor = 2: one row and one head per
-  device, which must draw the bits of its global row and head, not those of (0, 0)."""
+@pytest.mark.parametrize("heads", [2, 4])
+def test_on_a_mesh_each_device_drops_its_part_of_the_global_mask(heads):
+  """Rows over (data, fsdp) = 2 x 2, heads over tensor = 2: one row and one or two heads
+  of 64 per device (heads-major blocks; two heads in one packed block), which must draw
+  the bits of its global row and heads, not those of (0, 0)."""
   mesh = parallel.create_mesh((2, 2, 2))
   real = np.ones((4, 128), np.int32)
   real[1, 100:], real[2, 30:] = 0, 0
   mask = masks.row_mask(jnp.asarray(real))
-  q, k, v = _qkv(4, 128, batch=4, d=64)
+  q, k, v = _qkv(4, 128, batch=4, heads=heads, d=64)
   # Rows already on the data axes, as the loop's batches.
   q, k, v = jax.device_put((q, k, v), NamedSharding(mesh, P(("data", "fsdp"))))
   want = _loss_and_grads(_reference(mask), q, k, v, real > 0)

@@ -1,53 +1,53 @@
-"""layers/dense.py: the flat layout computes the same contraction, matmul_dtype's casts
+"""layers/dense.py: FlatDense computes DenseGeneral's contraction, matmul_dtype's casts
 and float32 accumulation (the tied output layer's too), kernels cast once at load."""
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax import lax
 
 from bert_jax.decoding import weights as decode_weights
 from bert_jax.layers import dense
 from bert_jax.layers import embedding
 
 
-@pytest.mark.parametrize("x_shape,w_shape,n", [
-    ((2, 3, 5), (5, 4, 3), 1),           # q/k/v: [batch, len, embed] -> [batch, len, heads, d]
-    ((2, 3, 4, 3), (4, 3, 5), 2),        # W^O: [batch, len, heads, d] -> [batch, len, embed]
+@pytest.mark.parametrize("x_shape,features,in_shape", [
+    ((2, 3, 5), (4, 3), ()),             # q/k/v: [batch, len, embed] -> heads (4) x d (3)
+    ((2, 3, 4, 3), 5, (4, 3)),           # W^O: [batch, len, heads, d] -> embed (5)
 ])
-def test_flat_computes_the_same_contraction_through_its_inner_dot(x_shape, w_shape, n):
-  inner = None
-  kx, kw, kg = jax.random.split(jax.random.key(1), 3)
-  x, w = jax.random.normal(kx, x_shape), jax.random.normal(kw, w_shape)
-  dims = ((tuple(range(len(x_shape) - n, len(x_shape))), tuple(range(n))), ((), ()))
-  probe = jax.random.normal(kg, x_shape[:len(x_shape) - n] + w_shape[n:])
-  seen = []
-
-  def recording(lhs, rhs, dimension_numbers, **kwargs):
-    seen.append((lhs.shape, rhs.shape))
-    return (inner or lax.dot_general)(lhs, rhs, dimension_numbers, **kwargs)
-
-  flat = dense.flat(recording)
-  np.testing.assert_allclose(flat(x, w, dims), lax.dot_general(x, w, dims), rtol=1e-6,
-                             atol=1e-6)
-  # The inner dot saw one merged contracted dim and one merged output dim.
-  assert seen[0] == (x_shape[:len(x_shape) - n] + (np.prod(w_shape[:n]),),
-                     (np.prod(w_shape[:n]), np.prod(w_shape[n:])))
-  loss = lambda fn: lambda x, w: jnp.sum(fn(x, w, dims) * probe)
-  want = jax.grad(loss(lax.dot_general), argnums=(0, 1))(x, w)
-  got = jax.grad(loss(flat), argnums=(0, 1))(x, w)
-  for g, e in zip(got, want):
-    assert g.shape == e.shape
-    np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
-
-
-def test_flat_leaves_other_contractions_to_lax():
-  x, w = jnp.ones((3, 4, 5)), jnp.ones((3, 5, 6))
-  dims = (((2,), (1,)), ((0,), (0,)))  # a batched matmul: not a dense layer
-  assert dense._is_dense(x.ndim, dims) == 0  # pylint: disable=protected-access
-  np.testing.assert_array_equal(dense.flat()(x, w, dims), lax.dot_general(x, w, dims))
-  assert dense._is_dense(2, (((0,), (0,)), ((), ()))) == 0  # contracts x's leading dim
+def test_flat_dense_is_dense_general_with_its_parameters_and_flat_arrays(x_shape, features,
+                                                                         in_shape):
+  """FlatDense draws DenseGeneral's parameters (same names, shapes, logical axes and
+  values from the same key) and computes its product, on and into flat arrays."""
+  axis = tuple(range(-len(in_shape), 0)) or -1
+  init = nn.with_logical_partitioning(nn.initializers.truncated_normal(0.02), ("a", "b", "c"))
+  bias_init = nn.with_logical_partitioning(nn.initializers.normal(1.0),
+                                           ("b", "c") if in_shape == () else ("c",))
+  common = dict(features=features, kernel_init=init, bias_init=bias_init)
+  general, flat = nn.DenseGeneral(axis=axis, **common), dense.FlatDense(in_shape=in_shape,
+                                                                        **common)
+  x = jax.random.normal(jax.random.key(1), x_shape)
+  x_flat = x.reshape(x_shape[:2] + (-1,))
+  want_params = general.init(jax.random.key(2), x)
+  got_params = flat.init(jax.random.key(2), x_flat)
+  assert jax.tree.structure(got_params) == jax.tree.structure(want_params)
+  for g, w in zip(jax.tree.leaves(got_params, is_leaf=lambda l: isinstance(l, nn.Partitioned)),
+                  jax.tree.leaves(want_params, is_leaf=lambda l: isinstance(l, nn.Partitioned))):
+    assert g.names == w.names
+    np.testing.assert_array_equal(g.value, w.value)
+  assert np.abs(nn.unbox(want_params)["params"]["bias"]).max() > 0.1   # a bias that counts
+  params = nn.unbox(want_params)
+  want = general.apply(params, x)
+  got = flat.apply(params, x_flat)
+  assert got.shape == want.shape[:2] + (int(np.prod(want.shape[2:])),)
+  np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-6, atol=1e-6)
+  probe = jax.random.normal(jax.random.key(3), want.shape)
+  loss_general = lambda p, x: jnp.sum(general.apply(p, x) * probe)
+  loss_flat = lambda p, x: jnp.sum(flat.apply(p, x.reshape(x_flat.shape)) * probe.reshape(
+      got.shape))
+  for g, w in zip(jax.tree.leaves(jax.grad(loss_flat, (0, 1))(params, x)),
+                  jax.tree.leaves(jax.grad(loss_general, (0, 1))(params, x))):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_matmul_operands_accumulate_in_float32():

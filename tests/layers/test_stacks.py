@@ -143,7 +143,6 @@ def test_cpu_keeps_the_projections_dots_as_they_were(capsys):
   x = np.random.default_rng(1).normal(size=(2, 6, 16)).astype(np.float32)
   saved = _saved_activations("dots_no_batch", x, capsys)
   assert sum("f32[2,6,4,4] output of dot_general" in l for l in saved) == 3, saved
-  assert not any("flat_dot_general" in l for l in saved), saved
 
 
 def _saved_activations(policy, x, capsys, **overrides):
@@ -178,13 +177,13 @@ def test_heads_that_fill_the_lanes_are_saved_unflattened(capsys, splash_traced):
 def test_dots_no_batch_saves_the_projections_dots_flat(capsys, splash_traced):
   """jax's dots_no_batch saves the raw matmul outputs: the q/k/v projections' dots give
   [batch, len, heads * d] (here [2, 6, 4 * 4]), not [batch, len, heads, d], whose stack
-  took d minor and padded it to 128 lanes on TPU (dense.flat); W^O's gives [2, 6, 16]."""
+  took d minor and padded it to 128 lanes on TPU (dense.FlatDense); W^O's gives [2, 6, 16]."""
   x = np.random.default_rng(1).normal(size=(2, 6, 16)).astype(np.float32)
   saved = [l for l in _saved_activations("dots_no_batch", x, capsys) if "dot_general" in l]
   shapes = sorted(l.split(" ")[0] for l in saved)
   # q, k, v and the output projection, then the FFN's two matmuls.
   assert shapes == ["f32[2,6,16]"] * 5 + ["f32[2,6,24]"], saved
-  assert sum("flat_dot_general" in l for l in saved) == 4, saved
+  assert sum("layers/dense.py" in l for l in saved) == 4, saved   # FlatDense's dots
 
 
 def test_heads_that_fill_the_lanes_keep_their_projection_dots(capsys, splash_traced):
