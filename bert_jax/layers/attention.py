@@ -90,15 +90,16 @@ class MultiHeadAttention(nn.Module):
     if return_weights:
       out, weights = out
       self.sow("intermediates", "attention_weights", weights)
-    out = sharding.constrain(out, QUERY)
-    # out: [batch, q_len, heads, d_v] -> W^O -> [batch, q_len, d_model]
+    # out: [batch, q_len, heads, d_v] -> W^O -> [batch, q_len, d_model]; pinned flat
+    # when flat: a [.., heads, d] array between the kernel and W^O would be laid out anew
     out_dense = functools.partial(dense_lib.FlatDense, in_shape=out.shape[2:]) if flat else (
         functools.partial(nn.DenseGeneral, axis=(-2, -1)))
+    out = (sharding.constrain(out.reshape(out.shape[:2] + (-1,)), QUERY[:2] + ("heads",))
+           if flat else sharding.constrain(out, QUERY))
     out = out_dense(features=inputs_q.shape[-1], use_bias=cfg.use_bias,
                     dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                     dot_general=dot_general, kernel_init=cfg.kernel_init("heads", "kv", "embed"),
-                    bias_init=cfg.zeros_init("embed"), name="out")(
-                        out.reshape(out.shape[:2] + (-1,)) if flat else out)
+                    bias_init=cfg.zeros_init("embed"), name="out")(out)
     return checkpoint_name(out, "out_proj")
 
   def keys_values(self, dense, inputs_kv: Array | None, flat: bool, self_attention: bool):
