@@ -42,8 +42,8 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     cfg = self.config
-    dense = functools.partial(nn.Dense, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
-                              param_dtype=cfg.params_dtype,
+    dense = functools.partial(dense_lib.FlatDense, use_bias=cfg.use_bias,  # nn.Dense's params
+                              dtype=cfg.compute_dtype, param_dtype=cfg.params_dtype,
                               dot_general=dense_lib.for_config(cfg))
     h = dense(cfg.d_mlp, kernel_init=cfg.kernel_init("embed", "mlp"),
               bias_init=cfg.zeros_init("mlp"), name="wi")(x)          # [batch, len, mlp]

@@ -28,9 +28,11 @@ def for_config(cfg):
 class FlatDense(nn.DenseGeneral):
   """nn.DenseGeneral over the last axis with its parameters drawn the same way, kernel
   [*in_shape, *features], but flat arrays: [..., prod(in_shape)] -> [..., prod(features)]
-  (in_shape (): the input's last axis). The attention projections onto (heads, d) and W^O
-  back: with d = 64 on TPU no [.., heads, d] array then exists for the layout to pad to
-  128 lanes or lay out with the positions minor; the flat one is what flash_dropout reads."""
+  (in_shape (): the input's last axis; int features: nn.Dense's parameters, the FFN's).
+  For q/k/v and W^O with d = 64 on TPU, no [.., heads, d] array then exists for the layout
+  to pad to 128 lanes or lay out with the positions minor. The bias is added in float32, so
+  under bf16 its gradient sums in float32: exact, and cheaper in the TPU compiler's estimate
+  (docs/performance-notes.md, "Bias gradients in float32")."""
   in_shape: tuple = ()
 
   @nn.compact
@@ -42,10 +44,12 @@ class FlatDense(nn.DenseGeneral):
                         in_shape + features, self.param_dtype)
     bias = self.param("bias", _drawn_flat(self.bias_init, (width,)), features,
                       self.param_dtype) if self.use_bias else None
-    inputs, kernel, bias = self.promote_dtype(inputs, kernel, bias, dtype=self.dtype)
+    inputs, kernel = self.promote_dtype(inputs, kernel, dtype=self.dtype)
     y = (self.dot_general or lax.dot_general)(inputs, kernel.reshape(k, width),
                                               _dims(1, inputs.ndim), precision=self.precision)
-    return y if bias is None else y + bias.reshape(width)
+    if bias is None:
+      return y
+    return (y.astype(jnp.float32) + bias.reshape(width).astype(jnp.float32)).astype(y.dtype)
 
 
 def _drawn_flat(init, flat_shape):

@@ -50,6 +50,25 @@ def test_flat_dense_is_dense_general_with_its_parameters_and_flat_arrays(x_shape
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
+def test_flat_dense_bias_gradient_sums_in_float32_under_bfloat16():
+  """With dtype=bfloat16 the bias is added in float32, so its gradient (a sum over every
+  row of a [rows, features] cotangent) is the float32 sum of the bf16 cotangents: what
+  flax's Dense returns is that sum rounded to bf16 (8 bits of mantissa; on TPU a bf16 sum)."""
+  layer = dense.FlatDense(features=8, dtype=jnp.bfloat16)
+  x = jax.random.normal(jax.random.key(1), (4, 512, 16))
+  params = layer.init(jax.random.key(2), x)
+  probe = jax.random.normal(jax.random.key(3), (4, 512, 8)).astype(jnp.bfloat16)
+  loss = lambda p: jnp.sum((layer.apply(p, x) * probe).astype(jnp.float32))
+  got = jax.grad(loss)(params)["params"]["bias"]
+  want = np.asarray(probe, np.float64).sum((0, 1))
+  assert got.dtype == jnp.float32 and layer.apply(params, x).dtype == jnp.bfloat16
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+  general = nn.Dense(features=8, dtype=jnp.bfloat16)
+  rounded = jax.grad(lambda p: jnp.sum((general.apply(p, x) * probe).astype(jnp.float32)))(
+      params)["params"]["bias"]
+  assert np.abs(np.asarray(rounded, np.float64) - want).max() > 1e-3   # flax's: bf16-rounded
+
+
 def test_bf16_matmul_operands_accumulate_in_float32():
   """matmul_dtype="bfloat16": operands rounded to bf16, products summed in float32 (the
   float64 product of the rounded operands, not a bf16-rounded result), float32 out."""

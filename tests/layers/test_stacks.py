@@ -183,7 +183,7 @@ def test_dots_no_batch_saves_the_projections_dots_flat(capsys, splash_traced):
   shapes = sorted(l.split(" ")[0] for l in saved)
   # q, k, v and the output projection, then the FFN's two matmuls.
   assert shapes == ["f32[2,6,16]"] * 5 + ["f32[2,6,24]"], saved
-  assert sum("layers/dense.py" in l for l in saved) == 4, saved   # FlatDense's dots
+  assert sum("layers/dense.py" in l for l in saved) == 6, saved   # all six: FlatDense's
 
 
 def test_heads_that_fill_the_lanes_keep_their_projection_dots(capsys, splash_traced):
