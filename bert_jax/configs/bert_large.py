@@ -22,10 +22,12 @@ from bert_jax.train.defaults import bert_pretraining_config, with_phase_remat
 # S128: dots_no_batch (saves the projections' outputs, recomputes attention and the
 #   elementwise ops) fits 2048 rows in 9.46 GiB per chip of 16; `full` buys no batch the
 #   phase uses and recomputes every matmul.
-# S512: full. The [batch, heads, 512, 512] attention scores dominate: dots_no_batch fits
-#   512 rows (10.34 GiB), full 2048 (9.73 GiB); the recipe's 256 rows fit either, and
-#   full keeps room for 8x that batch.
-S128_REMAT, S512_REMAT = "dots_no_batch", "full"
+# S512: none. The fused attention kernels never build the [batch, heads, 512, 512] scores,
+#   so the recipe's 256 rows fit without recomputing anything, and the TPU compiler's
+#   estimate of the step is the fastest of the three policies (bench/results/
+#   tpu_cost-large_s512_b256.json; docs/performance-notes.md, "Remat at S512"). Larger
+#   batches need `full`: --config.model.remat_policy=full with arg s512 (4096 rows fit).
+S128_REMAT, S512_REMAT = "dots_no_batch", "none"
 
 
 def get_config(arg=None):
