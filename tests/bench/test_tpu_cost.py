@@ -54,6 +54,22 @@ def test_theirs_that_does_not_fit_is_compared_with_remat(tpu_cost):
   assert _figure(res, "Flax BERT / ours:") == 1.1 and res["goal"]["met"] is False
 
 
+def test_written_out_attention_that_does_not_fit_is_compared_at_remat_full(tpu_cost):
+  """BERT-large S512 without remat: the written-out path does not fit, so the fused /
+  written-out figure is the ratio of the two compiled again at remat full."""
+  rows = {"ours": _row(0.17, 0.52), "ours_reference": _row(0, 0, fits=False),
+          "ours_remat_full": _row(0.2, 0.45), "ours_reference_remat_full": _row(0.25, 0.36),
+          "theirs": _row(0.23, 0.39)}
+  res = tpu_cost.case_result("large_s512_b256", rows, 0.1)
+  fused = next(f for f in res["figures"] if f["name"].startswith("fused attention dropout"))
+  assert fused["value"] == 0.8 and "remat full" in fused["note"]      # 0.2 / 0.25
+  assert _figure(res, "Flax BERT / ours:") == pytest.approx(1.35)
+  assert res["goal"]["met"] is True
+  del rows["ours_remat_full"], rows["ours_reference_remat_full"]
+  assert not any(f["name"].startswith("fused attention dropout")
+                 for f in tpu_cost.case_result("large_s512_b256", rows, 0.1)["figures"])
+
+
 def test_a_step_that_fits_without_an_estimate_says_why(tpu_cost):
   rows = {"ours": _row(0.2, 0.5), "ours_reference": dict(_row(0.3, 0.3), cost=None,
                                                          cost_note="unknown: -1 s"),
