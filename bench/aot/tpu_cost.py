@@ -13,9 +13,8 @@ BERT's dropout 0.1 on the hidden states and the attention probabilities:
   attention path "auto" picks;
 * ours_reference: ours with attention_impl "reference", the written-out attention (scores,
   softmax and the dropout mask in HBM) that ran before kernels/flash_dropout.py: the
-  fused kernel's effect;
-  Where it does not fit at our defaults, both are compiled again at remat full
-  (ours_remat_full, ours_reference_remat_full) for that comparison;
+  fused kernel's effect (where it does not fit at our defaults, both are compiled again
+  at remat full, ours_remat_full and ours_reference_remat_full, for that comparison);
 * ours_like: the same as ours with no remat and plain data parallelism (mesh -1,1,1), the
   setting Flax BERT runs in: the like-for-like comparison (ours itself where the defaults
   are that already);

@@ -49,7 +49,8 @@ class FlatDense(nn.DenseGeneral):
                                               _dims(1, inputs.ndim), precision=self.precision)
     if bias is None:
       return y
-    return (y.astype(jnp.float32) + bias.reshape(width).astype(jnp.float32)).astype(y.dtype)
+    wide = jnp.promote_types(y.dtype, jnp.float32)  # float32, or float64 under jax x64
+    return (y.astype(wide) + bias.reshape(width).astype(wide)).astype(y.dtype)
 
 
 def _drawn_flat(init, flat_shape):
