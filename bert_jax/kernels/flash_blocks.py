@@ -27,8 +27,8 @@ from bert_jax.kernels.masks import MASK_VALUE
 
 Array = jax.Array
 
-LANES = splash.LANES   # ids are broadcast to a tile's lanes (a column) or sublanes (a row)
-SUBLANES = 8
+LANES = splash.LANES
+SUBLANES = 8           # ids are broadcast down a tile's sublanes (id_rows)
 NT = (((1,), (1,)), ((), ()))   # a @ b.T
 NN = (((1,), (0,)), ((), ()))   # a @ b
 F32 = jnp.float32
@@ -81,14 +81,15 @@ def row_spec(static: Static, size: int, block) -> pl.BlockSpec:
   return pl.BlockSpec((None, static.group, 1, size), lambda b, g, x, y, _: (b, g, 0, block(x, y)))
 
 
-def id_columns(ids: Array) -> Array:
-  """[batch, len] -> [batch, len, LANES]: a block's ids down a tile's rows."""
-  return jnp.broadcast_to(ids[:, :, None], ids.shape + (LANES,))
-
-
 def id_rows(ids: Array) -> Array:
-  """[batch, len] -> [batch, SUBLANES, len]: a block's ids along a tile's lanes."""
+  """[batch, len] -> [batch, SUBLANES, len]: a block's ids along a tile's lanes, the form
+  in which every kernel takes both sides' ids (id_column turns one into a column)."""
   return jnp.broadcast_to(ids[:, None, :], (ids.shape[0], SUBLANES, ids.shape[1]))
+
+
+def id_spec(size: int, block) -> pl.BlockSpec:
+  """The BlockSpec of id_rows' [SUBLANES, size] blocks on the grid (see seq_spec)."""
+  return pl.BlockSpec((None, SUBLANES, size), lambda b, g, x, y, _: (b, 0, block(x, y)))
 
 
 def pallas(name, kernel, grid, in_specs, out_specs, out_shape, scratch, static, cost, *args):
@@ -161,6 +162,15 @@ def masked(s: Array, allowed: Array, q_pos, kv_pos, static: Static) -> Array:
   if static.window:   # |q - kv| <= window, as two comparisons (no integer abs needed)
     allowed = allowed & (q_pos - kv_pos <= static.window) & (kv_pos - q_pos <= static.window)
   return jnp.where(allowed, s, MASK_VALUE)
+
+
+def id_column(ids_ref) -> Array:
+  """A block of id_rows ([SUBLANES, n]) as a column [n, 1], by one transpose in VMEM.
+  Taking the ids as rows alone keeps them [batch, SUBLANES, len] in HBM: broadcast across
+  the lanes instead ([batch, len, LANES], 16 times the bytes), they were written by a
+  broadcast, read by every kernel of every layer and copied in and out of VMEM."""
+  n = ids_ref.shape[1]
+  return jnp.broadcast_to(ids_ref[:1, :], (LANES, n)).T[:, :1]
 
 
 def positions(start, size: int, axis: int) -> Array:

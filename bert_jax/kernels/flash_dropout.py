@@ -35,10 +35,10 @@ from jax.experimental.pallas import tpu as pltpu
 from bert_jax.kernels import dropout_hash
 from bert_jax.kernels import flash_dropout_bwd
 from bert_jax.kernels import splash
-from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, SUBLANES, Static, dims,
-                                          dropped, head, heads_per_block, id_columns,
-                                          id_rows, kernel_cost, masked, pallas, positions,
-                                          put, row_spec, seq_spec)
+from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, Static, dims,
+                                          dropped, head, heads_per_block, id_column,
+                                          id_rows, id_spec, kernel_cost, masked, pallas,
+                                          positions, put, row_spec, seq_spec)
 from bert_jax.runtime import tracing
 
 Array = jax.Array
@@ -131,7 +131,7 @@ def _forward_kernel(meta_ref, q_ref, k_ref, v_ref, q_ids_ref, kv_ids_ref, o_ref,
     acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
 
   q_pos, kv_pos = positions(i * bq, bq, 0), positions(j * bk, bk, 1)
-  allowed = q_ids_ref[:, :1] == kv_ids_ref[:1, :]
+  allowed = id_column(q_ids_ref) == kv_ids_ref[:1, :]
   for t in range(static.group):                      # the heads of the block
     s = lax.dot_general(head(static, q_ref, t), head(static, k_ref, t), NT,
                         preferred_element_type=F32)
@@ -165,9 +165,7 @@ def _forward(q, k, v, q_ids, kv_ids, meta, static: Static):
   grid = (batch, heads // static.group, q_len // bq, dims(static, k)[2] // bk)
   q_spec = seq_spec(static, bq, lambda i, j: i)
   kv_spec = seq_spec(static, bk, lambda i, j: j)
-  in_specs = [q_spec, kv_spec, kv_spec,
-              pl.BlockSpec((None, bq, LANES), lambda b, h, i, j, _: (b, i, 0)),
-              pl.BlockSpec((None, SUBLANES, bk), lambda b, h, i, j, _: (b, 0, j))]
+  in_specs = [q_spec, kv_spec, kv_spec, id_spec(bq, lambda i, j: i), id_spec(bk, lambda i, j: j)]
   out_specs = [q_spec, row_spec(static, bq, lambda i, j: i)]
   out_shape = [jax.ShapeDtypeStruct(q.shape, q.dtype),
                jax.ShapeDtypeStruct((batch, heads, 1, q_len), F32)]
@@ -177,4 +175,4 @@ def _forward(q, k, v, q_ids, kv_ids, meta, static: Static):
   kernel = functools.partial(_forward_kernel, static=static)
   return pallas("flash_dropout_fwd", kernel, grid, in_specs, out_specs, out_shape, scratch,
                static, kernel_cost(q, k, static, 2, q_arrays=2, k_arrays=2, rows=1, q_again=False),
-               meta, q, k, v, id_columns(q_ids), id_rows(kv_ids))
+               meta, q, k, v, id_rows(q_ids), id_rows(kv_ids))

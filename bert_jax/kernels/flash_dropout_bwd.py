@@ -1,7 +1,8 @@
 """The backward pass of kernels/flash_dropout.py: dq over key blocks and dk / dv over
 query blocks, each recomputing the probabilities and the keep bits of its blocks; or, when
 the queries and the keys are one block each (BERT's S128 and S512 rows), one kernel that
-computes them once and gives dq, dk and dv together."""
+computes them once and gives dq, dk and dv together, taking O to form rowsum(dO * O)
+itself rather than a pass of its own over dO and O before it."""
 from __future__ import annotations
 
 import functools
@@ -12,8 +13,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, SUBLANES, Static, dims,
-                                          dropped, head, id_columns, id_rows, keep_bits,
+from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, Static, dims, dropped, head,
+                                          id_column, id_rows, id_spec, keep_bits,
                                           kernel_cost, masked, pallas, positions, put,
                                           row_spec, seq_spec)
 
@@ -22,24 +23,28 @@ Array = jax.Array
 
 def backward(static: Static, residuals, d_out):
   q, k, v, q_ids, kv_ids, meta, out, lse = residuals
-  # rowsum(dO * O) per head, [b, h, 1, Q]: the softmax's correction term, dropout
-  # included (O is the dropped one).
+  d_out = d_out.astype(q.dtype)
+  if dims(static, q)[2] == static.block_q and dims(static, k)[2] == static.block_kv:
+    # di in the kernel, from the dO it reads anyway and O: one pass less over dO
+    dq, dk, dv = _backward_one_block(q, k, v, d_out, lse, out, q_ids, kv_ids, meta, static)
+    return dq, dk, dv, None, None, None
+  di = _di(static, d_out, out)
+  dq = _backward_dq(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static)
+  dk, dv = _backward_dkv(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static)
+  return dq, dk, dv, None, None, None
+
+
+def _di(static: Static, d_out, out):
+  """rowsum(dO * O) per head, [b, h, 1, Q] float32: the softmax's correction term, dropout
+  included (O is the dropped one)."""
   prod = d_out.astype(F32) * out.astype(F32)
   if static.packed:   # summed per head by a product with the heads' lane indicator: no
     # [.., heads, d] array (flash_blocks.py: layout) for the layout to copy into
     width = prod.shape[-1]
     heads = (jnp.arange(width)[:, None] // static.d == jnp.arange(width // static.d))
-    di = jnp.einsum("bsx,xh->bhs", prod, heads.astype(F32),
-                    precision=lax.Precision.HIGHEST)[:, :, None]
-  else:
-    di = jnp.sum(prod, axis=-1)[:, :, None, :]
-  d_out = d_out.astype(q.dtype)
-  if dims(static, q)[2] == static.block_q and dims(static, k)[2] == static.block_kv:
-    dq, dk, dv = _backward_one_block(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static)
-  else:
-    dq = _backward_dq(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static)
-    dk, dv = _backward_dkv(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static)
-  return dq, dk, dv, None, None, None
+    return jnp.einsum("bsx,xh->bhs", prod, heads.astype(F32),
+                      precision=lax.Precision.HIGHEST)[:, :, None]
+  return jnp.sum(prod, axis=-1)[:, :, None, :]
 
 
 def _dq_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref,
@@ -56,7 +61,7 @@ def _dq_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref
       di_col_ref[t] = jnp.broadcast_to(di_ref[t], (LANES, bq)).T
 
   q_pos, kv_pos = positions(i * bq, bq, 0), positions(j * bk, bk, 1)
-  allowed = q_ids_ref[:, :1] == kv_ids_ref[:1, :]
+  allowed = id_column(q_ids_ref) == kv_ids_ref[:1, :]
   for t in range(static.group):                      # the heads of the block
     k = head(static, k_ref, t)
     s = lax.dot_general(head(static, q_ref, t), k, NT, preferred_element_type=F32)
@@ -83,7 +88,7 @@ def _transposed_block(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_
   dropout's 1 / (1 - rate) in it."""
   bq, bk = q_ref.shape[0], k_ref.shape[0]
   kv_pos, q_pos = positions(kv_start, bk, 0), positions(q_start, bq, 1)
-  allowed = kv_ids_ref[:, :1] == q_ids_ref[:1, :]
+  allowed = id_column(kv_ids_ref) == q_ids_ref[:1, :]
   for t in range(static.group):
     q, k, do = head(static, q_ref, t), head(static, k_ref, t), head(static, do_ref, t)
     s = lax.dot_general(k, q, NT, preferred_element_type=F32)
@@ -123,16 +128,12 @@ def _dkv_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_re
 
 
 def _backward_specs(static: Static, bq, bk, q_major: bool):
-  """Block specs of (q, k / v, lse / di) on a grid (b, h, outer, inner): the query
-  blocks walk the outer axis (q_major) or the inner one; and `at`, which turns a
-  fn(b, h, q block, kv block) into an index map of that grid."""
-  def at(fn):
-    return (lambda b, h, x, y, _: fn(b, h, x, y)) if q_major else (
-        lambda b, h, x, y, _: fn(b, h, y, x))
+  """Block specs of (q, k / v, lse / di, q ids, kv ids) on a grid (b, h, outer, inner):
+  the query blocks walk the outer axis (q_major) or the inner one."""
   q_block, kv_block = ((lambda x, y: x), (lambda x, y: y)) if q_major else (
       (lambda x, y: y), (lambda x, y: x))
   return (seq_spec(static, bq, q_block), seq_spec(static, bk, kv_block),
-          row_spec(static, bq, q_block), at)
+          row_spec(static, bq, q_block), id_spec(bq, q_block), id_spec(bk, kv_block))
 
 
 def _grid(static: Static, q, k, q_major: bool):
@@ -144,10 +145,8 @@ def _grid(static: Static, q, k, q_major: bool):
 
 def _backward_dq(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static: Static):
   bq, bk = static.block_q, static.block_kv
-  q_spec, kv_spec, rows, at = _backward_specs(static, bq, bk, q_major=True)
-  in_specs = [q_spec, kv_spec, kv_spec, q_spec, rows, rows,
-              pl.BlockSpec((None, bq, LANES), at(lambda b, h, i, j: (b, i, 0))),
-              pl.BlockSpec((None, SUBLANES, bk), at(lambda b, h, i, j: (b, 0, j)))]
+  q_spec, kv_spec, rows, q_ids_spec, kv_ids_spec = _backward_specs(static, bq, bk, True)
+  in_specs = [q_spec, kv_spec, kv_spec, q_spec, rows, rows, q_ids_spec, kv_ids_spec]
   g = static.group
   scratch = [pltpu.VMEM((g, bq, static.d), F32), pltpu.VMEM((g, bq, LANES), F32),
              pltpu.VMEM((g, bq, LANES), F32)]
@@ -155,15 +154,13 @@ def _backward_dq(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static: Static):
   return pallas("flash_dropout_dq", kernel, _grid(static, q, k, True), in_specs, q_spec,
                jax.ShapeDtypeStruct(q.shape, q.dtype), scratch, static,
                kernel_cost(q, k, static, 3, q_arrays=3, k_arrays=2, rows=2, q_again=False),
-               meta, q, k, v, d_out, lse, di, id_columns(q_ids), id_rows(kv_ids))
+               meta, q, k, v, d_out, lse, di, id_rows(q_ids), id_rows(kv_ids))
 
 
 def _backward_dkv(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static: Static):
   bq, bk = static.block_q, static.block_kv
-  q_spec, kv_spec, rows, at = _backward_specs(static, bq, bk, q_major=False)
-  in_specs = [q_spec, kv_spec, kv_spec, q_spec, rows, rows,
-              pl.BlockSpec((None, SUBLANES, bq), at(lambda b, h, i, j: (b, 0, i))),
-              pl.BlockSpec((None, bk, LANES), at(lambda b, h, i, j: (b, j, 0)))]
+  q_spec, kv_spec, rows, q_ids_spec, kv_ids_spec = _backward_specs(static, bq, bk, False)
+  in_specs = [q_spec, kv_spec, kv_spec, q_spec, rows, rows, q_ids_spec, kv_ids_spec]
   out_shape = [jax.ShapeDtypeStruct(k.shape, k.dtype), jax.ShapeDtypeStruct(v.shape, v.dtype)]
   g = static.group
   scratch = [pltpu.VMEM((g, bk, static.d), F32), pltpu.VMEM((g, bk, static.d), F32)]
@@ -171,17 +168,18 @@ def _backward_dkv(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static: Static):
   return pallas("flash_dropout_dkv", kernel, _grid(static, q, k, False), in_specs,
                [kv_spec, kv_spec], out_shape, scratch, static,
                kernel_cost(q, k, static, 4, q_arrays=2, k_arrays=4, rows=2, q_again=True),
-               meta, q, k, v, d_out, lse, di, id_rows(q_ids),
-               id_columns(kv_ids))
+               meta, q, k, v, d_out, lse, di, id_rows(q_ids), id_rows(kv_ids))
 
 
-def _one_block_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref,
+def _one_block_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, o_ref, q_ids_ref,
                       kv_ids_ref, dq_ref, dk_ref, dv_ref, *, static: Static):
-  """dq, dk and dv of one (row, head block) whose queries and keys are one block each:
+  """dq, dk and dv of one (row, head block) whose queries and keys are one block each, di
+  from its dO and O blocks:
   the dkv kernel's transposed view [bk, bq], with dq from the same dS (transposed once)
   instead of a second kernel that recomputes the scores, probabilities and keep bits."""
+  di = [_di_row(static, do_ref, o_ref, t) for t in range(static.group)]
   for t, (q, k, do), kept, ds in _transposed_block(
-      meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref, kv_ids_ref, 0, 0,
+      meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di, q_ids_ref, kv_ids_ref, 0, 0,
       static):
     dv = lax.dot_general(kept.astype(do.dtype), do, NN, preferred_element_type=F32)
     put(static, dv_ref, t, dv * (1.0 / (1.0 - static.rate)))
@@ -192,15 +190,21 @@ def _one_block_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_
         * static.scale)
 
 
-def _backward_one_block(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static: Static):
+def _di_row(static: Static, do_ref, o_ref, t: int) -> Array:
+  """Head t's rowsum(dO * O) (see _di) as a row [1, rows], as the transposed view takes it."""
+  col = jnp.sum(head(static, do_ref, t).astype(F32) * head(static, o_ref, t).astype(F32),
+                axis=1, keepdims=True)                                # [rows, 1]
+  return jnp.broadcast_to(col, (col.shape[0], LANES)).T[:1, :]
+
+
+def _backward_one_block(q, k, v, d_out, lse, out, q_ids, kv_ids, meta, static: Static):
   q_len, kv_len = dims(static, q)[2], dims(static, k)[2]
-  q_spec, kv_spec, rows, at = _backward_specs(static, q_len, kv_len, q_major=False)
-  in_specs = [q_spec, kv_spec, kv_spec, q_spec, rows, rows,
-              pl.BlockSpec((None, SUBLANES, q_len), at(lambda b, h, i, j: (b, 0, i))),
-              pl.BlockSpec((None, kv_len, LANES), at(lambda b, h, i, j: (b, j, 0)))]
+  q_spec, kv_spec, rows, q_ids_spec, kv_ids_spec = _backward_specs(
+      static, q_len, kv_len, False)
+  in_specs = [q_spec, kv_spec, kv_spec, q_spec, rows, q_spec, q_ids_spec, kv_ids_spec]
   out_shape = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v)]
   kernel = functools.partial(_one_block_kernel, static=static)
   return pallas("flash_dropout_bwd", kernel, _grid(static, q, k, False), in_specs,
                 [q_spec, kv_spec, kv_spec], out_shape, [], static,
-                kernel_cost(q, k, static, 5, q_arrays=3, k_arrays=4, rows=2, q_again=False),
-                meta, q, k, v, d_out, lse, di, id_rows(q_ids), id_columns(kv_ids))
+                kernel_cost(q, k, static, 5, q_arrays=4, k_arrays=4, rows=1, q_again=False),
+                meta, q, k, v, d_out, lse, out, id_rows(q_ids), id_rows(kv_ids))
