@@ -219,7 +219,8 @@ def _xla_flags_restored():
 def test_the_kernel_lowers_for_tpu_without_the_scores(_xla_flags_restored):
   """BERT-large's heads (d 64) at S512 on v5e:2x2, forward and backward, and no [rows,
   heads, 512, 512] array of any dtype in the compiled program, nor a [.., heads, 512, 64]
-  one (the heads side by side in the lanes): one block each way gives
+  one (the heads side by side in the lanes), nor the ids broadcast across 128 lanes:
+  one block each way gives
   two Mosaic kernels (the forward and the one-pass backward), blocks of 256 three (the
   forward, dq and dk / dv)."""
   pytest.importorskip("libtpu")
@@ -246,3 +247,5 @@ def test_the_kernel_lowers_for_tpu_without_the_scores(_xla_flags_restored):
     # Each device's two heads of 64 side by side in 128 lanes: [rows, len, heads * d],
     # never a [rows, heads, len, 64] array (flash_blocks.py: layout).
     assert "bf16[2,512,128]" in text and not re.findall(r"\w+\[2,2,512,64\]", text)
+    # The segment ids only as rows [rows, 8, len], never broadcast across the lanes.
+    assert "s32[2,8,512]" in text and "s32[2,512,128]" not in text
