@@ -105,13 +105,13 @@ def pallas(name, kernel, grid, in_specs, out_specs, out_shape, scratch, static, 
 
 
 def kernel_cost(q, k, static: Static, matmuls: int, q_arrays: int, k_arrays: int, rows: int,
-          q_again: bool) -> pl.CostEstimate:
+                q_again: bool) -> pl.CostEstimate:
   """What XLA is told a kernel costs (it cannot see inside a custom call; the TPU
   compiler's estimate of the step, bert_jax/aot/cost.py, takes it as it is). Bytes:
-  q_arrays arrays like q and
-  k_arrays like k and `rows` float32 [b, h, q_len] statistics, the side that the grid's
-  inner axis walks read once per block of the other side (q_again: the query side is
-  re-read, else the key side); ids left out."""
+  q_arrays arrays like q, k_arrays like k and `rows` float32 [b, h, q_len] statistics, the
+  side that the grid's inner axis walks read once per block of the other side (q_again:
+  the query side is re-read, else the key side); the ids' rows ([b, SUBLANES, len], a
+  few bytes a position) left out."""
   batch, heads, q_len = dims(static, q)
   kv_len = dims(static, k)[2]
   elements = batch * heads * q_len * kv_len
