@@ -173,10 +173,10 @@ def _backward_dkv(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static: Static):
 
 def _one_block_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, o_ref, q_ids_ref,
                       kv_ids_ref, dq_ref, dk_ref, dv_ref, *, static: Static):
-  """dq, dk and dv of one (row, head block) whose queries and keys are one block each, di
-  from its dO and O blocks:
-  the dkv kernel's transposed view [bk, bq], with dq from the same dS (transposed once)
-  instead of a second kernel that recomputes the scores, probabilities and keep bits."""
+  """dq, dk and dv of one (row, head block) whose queries and keys are one block each (di
+  from its dO and O blocks): the dkv kernel's transposed view [bk, bq], with dq from the
+  same dS (transposed once) instead of a second kernel that recomputes the scores,
+  probabilities and keep bits."""
   di = [_di_row(static, do_ref, o_ref, t) for t in range(static.group)]
   for t, (q, k, do), kept, ds in _transposed_block(
       meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di, q_ids_ref, kv_ids_ref, 0, 0,
