@@ -169,8 +169,18 @@ def id_column(ids_ref) -> Array:
   Taking the ids as rows alone keeps them [batch, SUBLANES, len] in HBM: broadcast across
   the lanes instead ([batch, len, LANES], 16 times the bytes), they were written by a
   broadcast, read by every kernel of every layer and copied in and out of VMEM."""
-  n = ids_ref.shape[1]
-  return jnp.broadcast_to(ids_ref[:1, :], (LANES, n)).T[:, :1]
+  return as_column(ids_ref[:1, :])[:, :1]
+
+
+def as_column(row: Array) -> Array:
+  """A row [1, n] as a column [n, LANES], the lanes all equal: one transpose in VMEM."""
+  return jnp.broadcast_to(row, (LANES, row.shape[-1])).T
+
+
+def as_row(column: Array) -> Array:
+  """A column [n, 1] (or [n, LANES], the lanes all equal) as a row [1, n]: as_column's
+  inverse."""
+  return jnp.broadcast_to(column, (column.shape[0], LANES)).T[:1, :]
 
 
 def positions(start, size: int, axis: int) -> Array:

@@ -35,7 +35,7 @@ from jax.experimental.pallas import tpu as pltpu
 from bert_jax.kernels import dropout_hash
 from bert_jax.kernels import flash_dropout_bwd
 from bert_jax.kernels import splash
-from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, Static, dims,
+from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, Static, as_row, dims,
                                           dropped, head, heads_per_block, id_column,
                                           id_rows, id_spec, kernel_cost, masked, pallas,
                                           positions, put, row_spec, seq_spec)
@@ -154,7 +154,7 @@ def _forward_kernel(meta_ref, q_ref, k_ref, v_ref, q_ids_ref, kv_ids_ref, o_ref,
       l = l_ref[t]
       put(static, o_ref, t, acc_ref[t] * ((1.0 / (1.0 - static.rate)) / l[:, :1]))
       # The log-sum-exp as a row [1, bq]: lane-dense in HBM, as the backward reads it.
-      lse_ref[t] = (m_ref[t] + jnp.log(l)).T[:1, :]
+      lse_ref[t] = as_row(m_ref[t] + jnp.log(l))
 
 
 def _forward(q, k, v, q_ids, kv_ids, meta, static: Static):

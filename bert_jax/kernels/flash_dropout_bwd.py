@@ -13,10 +13,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, Static, dims, dropped, head,
-                                          id_column, id_rows, id_spec, keep_bits,
-                                          kernel_cost, masked, pallas, positions, put,
-                                          row_spec, seq_spec)
+from bert_jax.kernels.flash_blocks import (F32, LANES, NN, NT, Static, as_column, as_row,
+                                          dims, dropped, head, id_column, id_rows, id_spec,
+                                          keep_bits, kernel_cost, masked, pallas, positions,
+                                          put, row_spec, seq_spec)
 
 Array = jax.Array
 
@@ -27,10 +27,10 @@ def backward(static: Static, residuals, d_out):
   if dims(static, q)[2] == static.block_q and dims(static, k)[2] == static.block_kv:
     # di in the kernel, from the dO it reads anyway and O: one pass less over dO
     dq, dk, dv = _backward_one_block(q, k, v, d_out, lse, out, q_ids, kv_ids, meta, static)
-    return dq, dk, dv, None, None, None
-  di = _di(static, d_out, out)
-  dq = _backward_dq(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static)
-  dk, dv = _backward_dkv(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static)
+  else:
+    di = _di(static, d_out, out)
+    dq = _backward_dq(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static)
+    dk, dv = _backward_dkv(q, k, v, d_out, lse, di, q_ids, kv_ids, meta, static)
   return dq, dk, dv, None, None, None
 
 
@@ -57,8 +57,8 @@ def _dq_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, di_ref, q_ids_ref
     acc_ref[...] = jnp.zeros(acc_ref.shape, F32)
     # Rows [1, bq] -> columns [bq, LANES], once per query block, not per key block.
     for t in range(static.group):
-      lse_col_ref[t] = jnp.broadcast_to(lse_ref[t], (LANES, bq)).T
-      di_col_ref[t] = jnp.broadcast_to(di_ref[t], (LANES, bq)).T
+      lse_col_ref[t] = as_column(lse_ref[t])
+      di_col_ref[t] = as_column(di_ref[t])
 
   q_pos, kv_pos = positions(i * bq, bq, 0), positions(j * bk, bk, 1)
   allowed = id_column(q_ids_ref) == kv_ids_ref[:1, :]
@@ -192,9 +192,8 @@ def _one_block_kernel(meta_ref, q_ref, k_ref, v_ref, do_ref, lse_ref, o_ref, q_i
 
 def _di_row(static: Static, do_ref, o_ref, t: int) -> Array:
   """Head t's rowsum(dO * O) (see _di) as a row [1, rows], as the transposed view takes it."""
-  col = jnp.sum(head(static, do_ref, t).astype(F32) * head(static, o_ref, t).astype(F32),
-                axis=1, keepdims=True)                                # [rows, 1]
-  return jnp.broadcast_to(col, (col.shape[0], LANES)).T[:1, :]
+  return as_row(jnp.sum(head(static, do_ref, t).astype(F32)
+                       * head(static, o_ref, t).astype(F32), axis=1, keepdims=True))
 
 
 def _backward_one_block(q, k, v, d_out, lse, out, q_ids, kv_ids, meta, static: Static):
